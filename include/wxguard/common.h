@@ -1,0 +1,20 @@
+/*
+ * Common definitions shared by every public wxguard header: the export macro and the
+ * library version.
+ */
+#ifndef WXGUARD_COMMON_H
+#define WXGUARD_COMMON_H
+
+/* libwxguard is built with hidden visibility; only what is marked WXG_EXPORT is public. */
+#if defined(__GNUC__) || defined(__clang__)
+#define WXG_EXPORT __attribute__((visibility("default")))
+#else
+#define WXG_EXPORT
+#endif
+
+#define WXG_VERSION_MAJOR  0
+#define WXG_VERSION_MINOR  1
+#define WXG_VERSION_PATCH  0
+#define WXG_VERSION_STRING "0.1.0"
+
+#endif /* WXGUARD_COMMON_H */

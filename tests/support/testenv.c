@@ -1,0 +1,280 @@
+/*
+ * DESIGN: test support (see testenv.h). Reads the fixture's env file once; starts private
+ * redis-server processes with fork/exec and stops them by PID, never by name.
+ */
+#define _XOPEN_SOURCE 700
+#include "testenv.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_VARS 64
+
+static struct {
+    int loaded;
+    int n;
+    char *key[MAX_VARS];
+    char *val[MAX_VARS];
+} env_file;
+
+static void env_load(void)
+{
+    if (env_file.loaded)
+        return;
+    env_file.loaded = 1;
+    const char *path = getenv("WXG_TEST_ENV_FILE");
+    if (!path)
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    while (env_file.n < MAX_VARS && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || line[0] == '#')
+            continue;
+        *eq = '\0';
+        env_file.key[env_file.n] = strdup(line);
+        env_file.val[env_file.n] = strdup(eq + 1);
+        env_file.n++;
+    }
+    fclose(f);
+}
+
+const char *wxg_test_env(const char *key)
+{
+    const char *v = getenv(key);
+    if (v && *v)
+        return v;
+    env_load();
+    for (int i = 0; i < env_file.n; i++) {
+        if (strcmp(env_file.key[i], key) == 0)
+            return env_file.val[i];
+    }
+    return NULL;
+}
+
+const char *wxg_test_env_required(const char *key)
+{
+    const char *v = wxg_test_env(key);
+    if (!v)
+        fail_msg("%s is not set: run this test through ctest so that the services fixture starts "
+                 "the real servers (env file: %s)",
+                 key, getenv("WXG_TEST_ENV_FILE") ? getenv("WXG_TEST_ENV_FILE") : "(none)");
+    return v;
+}
+
+const char *wxg_test_redis_host(void)
+{
+    return wxg_test_env_required("WXG_TEST_REDIS_HOST");
+}
+
+int wxg_test_redis_port(void)
+{
+    return (int)strtol(wxg_test_env_required("WXG_TEST_REDIS_PORT"), NULL, 10);
+}
+
+const char *wxg_test_kafka_bootstrap(void)
+{
+    return wxg_test_env_required("WXG_TEST_KAFKA_BOOTSTRAP");
+}
+
+int wxg_test_scale(void)
+{
+    const char *s = getenv("WXG_TEST_TIMEOUT_SCALE");
+    long v = s ? strtol(s, NULL, 10) : 1;
+    return v >= 1 ? (int)v : 1;
+}
+
+int64_t wxg_test_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void wxg_test_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+int wxg_test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+char *wxg_test_mkdtemp(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s/%s.XXXXXX", base && *base ? base : "/tmp", tag);
+    if (!mkdtemp(buf))
+        return NULL;
+    return strdup(buf);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void wxg_test_rmtree(const char *path)
+{
+    if (path && *path)
+        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int redis_ping(int port, const char *password)
+{
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    int ok = 0;
+    if (c && !c->err) {
+        redisReply *r = password ? redisCommand(c, "AUTH %s", password) : NULL;
+        if (r)
+            freeReplyObject(r);
+        r = redisCommand(c, "PING");
+        ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+        if (r)
+            freeReplyObject(r);
+    }
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+static int redis_spawn(wxg_test_redis_t *r)
+{
+    char port[16], logfile[600];
+    snprintf(port, sizeof port, "%d", r->port);
+    snprintf(logfile, sizeof logfile, "%s/redis.log", r->dir);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        const char *argv[32];
+        int i = 0;
+        argv[i++] = "redis-server";
+        argv[i++] = "--port";
+        argv[i++] = port;
+        argv[i++] = "--bind";
+        argv[i++] = "127.0.0.1";
+        argv[i++] = "--dir";
+        argv[i++] = r->dir;
+        argv[i++] = "--save";
+        argv[i++] = "";
+        argv[i++] = "--appendonly";
+        argv[i++] = "no";
+        argv[i++] = "--logfile";
+        argv[i++] = logfile;
+        argv[i++] = "--daemonize";
+        argv[i++] = "no";
+        if (r->password) {
+            argv[i++] = "--requirepass";
+            argv[i++] = r->password;
+        }
+        argv[i] = NULL;
+        execvp("redis-server", (char *const *)argv);
+        _exit(127);
+    }
+    r->pid = pid;
+    int64_t deadline = wxg_test_now_ms() + 10000 * wxg_test_scale();
+    while (wxg_test_now_ms() < deadline) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            r->pid = 0;
+            return -1;
+        }
+        if (redis_ping(r->port, r->password))
+            return 0;
+        wxg_test_sleep_ms(50);
+    }
+    wxg_test_redis_kill(r);
+    return -1;
+}
+
+int wxg_test_redis_start(wxg_test_redis_t *r, const char *password)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-redis");
+    if (!r->dir)
+        return -1;
+    r->password = password ? strdup(password) : NULL;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = wxg_test_free_port();
+        if (r->port > 0 && redis_spawn(r) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+void wxg_test_redis_kill(wxg_test_redis_t *r)
+{
+    if (r->pid <= 0)
+        return;
+    kill(r->pid, SIGCONT);
+    kill(r->pid, SIGTERM);
+    int64_t deadline = wxg_test_now_ms() + 5000;
+    int status;
+    while (waitpid(r->pid, &status, WNOHANG) == 0) {
+        if (wxg_test_now_ms() > deadline) {
+            kill(r->pid, SIGKILL);
+            waitpid(r->pid, &status, 0);
+            break;
+        }
+        wxg_test_sleep_ms(20);
+    }
+    r->pid = 0;
+}
+
+int wxg_test_redis_restart(wxg_test_redis_t *r)
+{
+    wxg_test_redis_kill(r);
+    /* The port was just released; another process could take it, which the spawn detects. */
+    return redis_spawn(r);
+}
+
+void wxg_test_redis_stop(wxg_test_redis_t *r)
+{
+    wxg_test_redis_kill(r);
+    wxg_test_rmtree(r->dir);
+    free(r->dir);
+    free(r->password);
+    r->dir = NULL;
+    r->password = NULL;
+}

@@ -1,0 +1,71 @@
+/*
+ * Test support: where the real servers are, and private servers for fault tests.
+ *
+ * The "services" CTest fixture (scripts/services.sh) starts one redis-server and one Kafka
+ * broker on free loopback ports and writes their addresses as KEY=VALUE lines to the file named
+ * by $WXG_TEST_ENV_FILE. An environment variable of the same name overrides a line of the file.
+ * Keys: WXG_TEST_REDIS_HOST, WXG_TEST_REDIS_PORT, WXG_TEST_KAFKA_BOOTSTRAP.
+ *
+ * Tests that stop, pause (SIGSTOP) or restart Redis must not do that to the shared server, since
+ * other tests may run at the same time: they start a private one with wxg_test_redis_start().
+ *
+ * Not thread-safe: call these from the test's main thread.
+ */
+#ifndef WXG_TESTENV_H
+#define WXG_TESTENV_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The value of `key`, or NULL when neither the environment nor the env file has it. */
+const char *wxg_test_env(const char *key);
+
+/* Like wxg_test_env(), but a missing key fails the current cmocka test with a clear message. */
+const char *wxg_test_env_required(const char *key);
+
+const char *wxg_test_redis_host(void);
+int wxg_test_redis_port(void);
+const char *wxg_test_kafka_bootstrap(void);
+
+/* The timeout factor from $WXG_TEST_TIMEOUT_SCALE (>= 1). Multiply every wait by it. */
+int wxg_test_scale(void);
+
+/* Monotonic milliseconds. */
+int64_t wxg_test_now_ms(void);
+
+/* Sleeps `ms` milliseconds. */
+void wxg_test_sleep_ms(int64_t ms);
+
+/* A port on 127.0.0.1 that nothing listened on a moment ago, or -1. */
+int wxg_test_free_port(void);
+
+/* A new empty directory under $TMPDIR (or /tmp) whose name starts with `tag`; the caller frees
+ * the string and removes the directory (wxg_test_rmtree). NULL on failure. */
+char *wxg_test_mkdtemp(const char *tag);
+
+/* Removes a directory tree created by wxg_test_mkdtemp(). */
+void wxg_test_rmtree(const char *path);
+
+/* A private redis-server, started and stopped by the test that owns it. */
+typedef struct wxg_test_redis {
+    pid_t pid;      /* 0 when not running */
+    int port;       /* fixed for the life of the struct, also across restarts */
+    char *dir;      /* working directory (data, log) */
+    char *password; /* requirepass, or NULL */
+} wxg_test_redis_t;
+
+/* Starts redis-server on a free port with persistence off, waits until it answers PING.
+ * `password` may be NULL. Returns 0 or -1. */
+int wxg_test_redis_start(wxg_test_redis_t *r, const char *password);
+
+/* Stops it (SIGCONT + SIGTERM, then SIGKILL after 5 s) and waits for the process. Keeps the
+ * port and directory so that wxg_test_redis_restart() can reuse them. */
+void wxg_test_redis_kill(wxg_test_redis_t *r);
+
+/* Kills the server and starts an empty one on the same port. Returns 0 or -1. */
+int wxg_test_redis_restart(wxg_test_redis_t *r);
+
+/* Kills the server and removes its directory. Safe on a struct that never started. */
+void wxg_test_redis_stop(wxg_test_redis_t *r);
+
+#endif /* WXG_TESTENV_H */
