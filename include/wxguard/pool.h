@@ -1,0 +1,124 @@
+/*
+ * Worker pool with per-conversation ordering, batching and delayed re-queue.
+ *
+ * The consumer's poll thread submits one job per message with a conversation hash and a tag
+ * (the consumer uses the partition). Jobs of one conversation form a lane: only the lane's
+ * oldest job is ever handed to a worker, and the next one only after it finished, so messages
+ * of one conversation are processed one at a time, in submission order. Lanes are independent:
+ * a slow or delayed conversation holds back nothing but itself.
+ *
+ * Batching: a worker takes up to `batch_max` ready lanes' head jobs at once (so that the guard
+ * can claim them in one Redis call). When fewer are ready it waits for more, but never longer
+ * than `batch_delay_us` after the first of them became ready. Only one worker gathers a batch at
+ * a time; the others wait their turn, so light traffic forms batches instead of one-job slices.
+ *
+ * The run callback returns, per job, either WXG_POOL_FINISHED (the job leaves the pool) or a
+ * delay in milliseconds >= 0: the job stays at the head of its lane and becomes ready again
+ * after the delay, without occupying a worker meanwhile and without letting later jobs of its
+ * conversation overtake it (a BUSY claim or a retry with backoff).
+ *
+ * Capacity: at most `capacity` jobs (queued, running and delayed) are in the pool; a submit
+ * beyond it is refused with WXG_EBUSY. The pressure callback reports crossing the high
+ * watermark (depth reached `high_watermark`) and falling back to the low watermark, so the poll
+ * thread can pause and resume partitions before the pool is full.
+ *
+ * Threads: submit, cancel, wait, drain and stats may be called from any thread (the consumer
+ * calls them from its poll thread). Callbacks: thread_init/thread_fini and run are called on the
+ * worker threads; cancelled and pressure are called with the pool's lock held, from whichever
+ * thread caused them, and must not call back into the pool.
+ */
+#ifndef WXGUARD_POOL_H
+#define WXGUARD_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wxguard/common.h"
+
+typedef struct wxg_pool_s wxg_pool_t;
+
+/* A job's result: it leaves the pool. Any value >= 0 re-queues it after that many ms. */
+#define WXG_POOL_FINISHED (-1)
+
+typedef struct wxg_pool_ops {
+    /* Optional. Creates per-worker state on the worker's own thread (e.g. a Redis connection).
+     * Returns 0, or a negative WXG_E* code with errstr filled: the pool then fails to start. */
+    int (*thread_init)(void *opaque, unsigned worker, void **wstate, char *errstr,
+                       size_t errstr_size);
+    /* Optional. Frees what thread_init made, on the same thread. */
+    void (*thread_fini)(void *opaque, unsigned worker, void *wstate);
+    /* Required. Processes n (1..batch_max) jobs; never two of one conversation. Fills
+     * out_delay_ms[i] with WXG_POOL_FINISHED or a re-queue delay for items[i]. */
+    void (*run)(void *opaque, void *wstate, void *const *items, size_t n, int64_t *out_delay_ms);
+    /* Optional. Called for a job removed without running to completion (wxg_pool_cancel, or
+     * left over at destroy). @locks pool lock held */
+    void (*cancelled)(void *opaque, void *item);
+    /* Optional. high=1 when the depth reached high_watermark, high=0 when it fell back to
+     * low_watermark afterwards. Calls alternate, starting with high=1. @locks pool lock held */
+    void (*pressure)(void *opaque, int high);
+} wxg_pool_ops_t;
+
+typedef struct wxg_pool_conf {
+    unsigned workers;       /* >= 1 */
+    size_t capacity;        /* max jobs in the pool, >= 1 */
+    size_t batch_max;       /* max jobs per run call, >= 1 */
+    int64_t batch_delay_us; /* max wait for a fuller batch, >= 0 (0: take what is ready) */
+    size_t high_watermark;  /* 1..capacity; 0 means capacity */
+    size_t low_watermark;   /* < high_watermark; 0 allowed */
+} wxg_pool_conf_t;
+
+typedef struct wxg_pool_stats {
+    size_t jobs;           /* in the pool now: queued + running + delayed */
+    size_t running;        /* handed to a worker now */
+    size_t delayed;        /* lanes waiting for a re-queue delay */
+    size_t lanes;          /* conversations with jobs */
+    int64_t oldest_age_us; /* age of the oldest job in the pool, 0 when empty */
+    int above_high;        /* 1 between a high and the following low watermark crossing */
+    uint64_t submitted;
+    uint64_t finished;
+    uint64_t requeued; /* re-queue results */
+    uint64_t cancelled;
+    uint64_t rejected;     /* submits refused because the pool was full */
+    uint64_t batches;      /* run calls */
+    uint64_t batched_jobs; /* jobs over all run calls (batched_jobs / batches = mean size) */
+} wxg_pool_stats_t;
+
+/* Starts the workers (each runs thread_init before the call returns). `conf` and `ops` are
+ * copied; `opaque` is passed to every callback and must outlive the pool. Returns NULL with
+ * errstr filled on a bad configuration, allocation failure or a failed thread_init. */
+WXG_EXPORT wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
+                                    void *opaque, char *errstr, size_t errstr_size);
+
+/* Adds a job. `item` is the caller's; the pool hands it back to run or cancelled. Returns 0,
+ * WXG_EBUSY when the pool holds `capacity` jobs, WXG_ECLOSED after close/drain, WXG_ENOMEM.
+ * @locality any thread */
+WXG_EXPORT int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item);
+
+/* Removes every job with `tag` that is not running now (queued or delayed), calling cancelled
+ * for each, keeping the order of what remains. Returns how many were removed. */
+WXG_EXPORT size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag);
+
+/* Number of jobs with `tag` in the pool. */
+WXG_EXPORT size_t wxg_pool_count_tag(wxg_pool_t *p, uint64_t tag);
+
+/* Waits until no job with `tag` is in the pool. 0, or WXG_ETIMEDOUT after timeout_ms. */
+WXG_EXPORT int wxg_pool_wait_tag(wxg_pool_t *p, uint64_t tag, int64_t timeout_ms);
+
+/* Refuses further submits (WXG_ECLOSED). Jobs already in the pool still run. */
+WXG_EXPORT void wxg_pool_close(wxg_pool_t *p);
+
+/* Closes the pool and waits until it is empty. 0, or WXG_ETIMEDOUT after timeout_ms (the jobs
+ * left keep running; destroy cancels the rest). */
+WXG_EXPORT int wxg_pool_drain(wxg_pool_t *p, int64_t timeout_ms);
+
+/* Stops the workers after their current batch (its results are applied), runs thread_fini,
+ * calls cancelled for every job left, frees the pool. NULL is accepted.
+ * @locality not from a pool callback */
+WXG_EXPORT void wxg_pool_destroy(wxg_pool_t *p);
+
+WXG_EXPORT void wxg_pool_stats(wxg_pool_t *p, wxg_pool_stats_t *out);
+
+/* A 64-bit hash of a conversation id for wxg_pool_submit (FNV-1a). */
+WXG_EXPORT uint64_t wxg_pool_hash(const void *data, size_t len);
+
+#endif /* WXGUARD_POOL_H */
