@@ -685,6 +685,45 @@ size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag)
     return n;
 }
 
+size_t wxg_pool_cancel_delayed(wxg_pool_t *p, uint64_t tag)
+{
+    if (!p)
+        return 0;
+    size_t n = 0;
+    pthread_mutex_lock(&p->mu);
+    int64_t now = now_us();
+    /* Removing a delayed head reshapes the heap, so restart the scan after every removal. */
+    for (int again = 1; again;) {
+        again = 0;
+        for (size_t i = 0; i < p->nheap; i++) {
+            lane *l = p->heap[i];
+            if (l->head->tag != tag)
+                continue;
+            /* Collect the lane's jobs with the tag first: the lane may be freed on the way. */
+            job *j = l->head;
+            while (j) {
+                job *next = j->lnext;
+                if (j->tag == tag) {
+                    void *item = j->item;
+                    int last = next == NULL;
+                    job_remove(p, j, now);
+                    p->cancelled++;
+                    n++;
+                    if (p->ops.cancelled)
+                        p->ops.cancelled(p->opaque, item);
+                    if (last)
+                        break;
+                }
+                j = next;
+            }
+            again = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 size_t wxg_pool_count_tag(wxg_pool_t *p, uint64_t tag)
 {
     if (!p)

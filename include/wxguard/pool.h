@@ -98,6 +98,12 @@ WXG_EXPORT int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t ta
  * for each, keeping the order of what remains. Returns how many were removed. */
 WXG_EXPORT size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag);
 
+/* Removes only the jobs with `tag` that wait out a re-queue delay, together with every later
+ * job with `tag` in the same conversation (so nothing behind a removed job can overtake it).
+ * The consumer calls it first on revoke: a message waiting for another owner's lease or for a
+ * retry backoff is not going to finish within a drain budget. Returns how many were removed. */
+WXG_EXPORT size_t wxg_pool_cancel_delayed(wxg_pool_t *p, uint64_t tag);
+
 /* Number of jobs with `tag` in the pool. */
 WXG_EXPORT size_t wxg_pool_count_tag(wxg_pool_t *p, uint64_t tag);
 

@@ -344,6 +344,43 @@ static void a_delayed_job_keeps_its_place_and_does_not_park_a_worker(void **stat
     h_fini(&h);
 }
 
+static void cancel_delayed_removes_a_waiting_head_with_everything_behind_it(void **state)
+{
+    (void)state;
+    static harness h;
+    h_init(&h);
+    wxg_pool_t *p =
+        h_pool(&h, 1, 16, 1, 0); /* one job per run: a1 and b1 are delayed before c1 blocks */
+    static item a1 = {.conv = 1, .seq = 0, .delay_first_ms = 600000};
+    static item a2 = {.conv = 1, .seq = 1, .delay_first_ms = -1};
+    static item b1 = {.conv = 2, .seq = 0, .delay_first_ms = 600000};
+    static item c1 = {.conv = 3, .seq = 0, .delay_first_ms = -1, .block = 1};
+    static item c2 = {.conv = 3, .seq = 1, .delay_first_ms = -1};
+    assert_int_equal(wxg_pool_submit(p, 1, 1, &a1), 0);
+    assert_int_equal(wxg_pool_submit(p, 2, 2, &b1), 0);
+    assert_int_equal(wxg_pool_submit(p, 3, 1, &c1), 0);
+    h_wait_blocked(&h, 1);
+    assert_int_equal(wxg_pool_submit(p, 1, 1, &a2), 0);
+    assert_int_equal(wxg_pool_submit(p, 3, 1, &c2), 0);
+    wxg_pool_stats_t st;
+    wxg_pool_stats(p, &st);
+    assert_int_equal(st.delayed, 2);
+    /* a1 (delayed) and a2 behind it go; b1 has another tag; c1 runs, c2 is merely queued. */
+    assert_int_equal(wxg_pool_cancel_delayed(p, 1), 2);
+    wxg_pool_stats(p, &st);
+    assert_int_equal(st.delayed, 1);
+    assert_int_equal(st.jobs, 3);
+    h_open_gate(&h);
+    assert_int_equal(wxg_pool_wait_tag(p, 1, budget_ms(10000)), 0);
+    assert_int_equal(c2.attempts, 1);
+    assert_int_equal(a2.attempts, 0);
+    assert_int_equal(h.cancelled, 2);
+    wxg_pool_destroy(p);
+    assert_int_equal(h.cancelled, 3);
+    assert_int_equal(h.bad, 0);
+    h_fini(&h);
+}
+
 static void cancel_skips_running_jobs_and_keeps_the_order_of_the_rest(void **state)
 {
     (void)state;
@@ -469,6 +506,7 @@ int main(void)
         cmocka_unit_test(ready_jobs_that_queued_up_behind_a_busy_worker_form_one_full_batch),
         cmocka_unit_test(a_lone_job_runs_after_the_batch_delay_without_company),
         cmocka_unit_test(a_delayed_job_keeps_its_place_and_does_not_park_a_worker),
+        cmocka_unit_test(cancel_delayed_removes_a_waiting_head_with_everything_behind_it),
         cmocka_unit_test(cancel_skips_running_jobs_and_keeps_the_order_of_the_rest),
         cmocka_unit_test(drain_gives_up_after_its_budget_and_destroy_cancels_what_is_left),
         cmocka_unit_test(watermarks_signal_pressure_once_each_way_and_capacity_is_a_hard_bound),
