@@ -1,0 +1,365 @@
+/*
+ * wxguard-consumer: one replica of the consumer group.
+ *
+ *   wxguard-consumer --config FILE [--set key=value]... [--print-config]
+ *
+ * Reads the configuration (file, WXG_* environment, --set flags; see docs/configuration.md),
+ * connects to Kafka and Redis, builds the plugin chain and runs the consumer until SIGTERM or
+ * SIGINT. The first signal drains within consumer.drain.timeout.ms, commits the finished
+ * watermarks synchronously and exits 0; a second signal exits at once (nothing has been
+ * committed past unfinished work, so nothing is lost: it is redelivered).
+ *
+ * Exit status: 0 clean stop, 1 fatal error while running, 2 usage or configuration error,
+ * 3 start-up failure (Kafka or Redis not usable).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wxguard/conf.h"
+#include "wxguard/consumer.h"
+#include "wxguard/dlq.h"
+#include "wxguard/err.h"
+#include "wxguard/guard.h"
+#include "wxguard/log.h"
+#include "wxguard/plugin_registry.h"
+
+#define EXIT_FATAL   1
+#define EXIT_USAGE   2
+#define EXIT_STARTUP 3
+
+static wxg_consumer_t *volatile the_consumer;
+static volatile sig_atomic_t signals_seen;
+
+static void on_signal(int sig)
+{
+    if (signals_seen++ > 0)
+        _exit(128 + sig); /* the second signal: at once */
+    wxg_consumer_t *c = the_consumer;
+    if (c)
+        wxg_consumer_stop(c);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: wxguard-consumer --config FILE [--set key=value]... [--print-config]\n"
+            "       wxguard-consumer --help | --version\n\n"
+            "  -c, --config FILE    properties file (key = value lines, # comments)\n"
+            "  -s, --set K=V        override one key (repeatable; wins over file and env)\n"
+            "  -p, --print-config   print the effective configuration (secrets as ***), exit\n"
+            "  -h, --help           this text\n"
+            "  -V, --version        print the version\n\n"
+            "Every key may also come from the environment as WXG_<KEY> (upper case, '.' as "
+            "'_'),\ne.g. WXG_KAFKA_BOOTSTRAP_SERVERS. kafka.* keys go to librdkafka as they are.\n"
+            "SIGTERM/SIGINT: drain, commit, exit 0; a second signal exits at once.\n"
+            "exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, "
+            "3 start-up failure\n");
+}
+
+/* The librdkafka properties a producer shares with the consumer (addresses and security). */
+static int producer_prop_wanted(const char *name)
+{
+    static const char *const exact[] = {"bootstrap.servers",
+                                        "security.protocol",
+                                        "client.id",
+                                        "broker.address.family",
+                                        "message.timeout.ms",
+                                        "socket.timeout.ms",
+                                        "enable.ssl.certificate.verification"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        if (strcmp(name, exact[i]) == 0)
+            return 1;
+    }
+    return strncmp(name, "sasl.", 5) == 0 || strncmp(name, "ssl.", 4) == 0;
+}
+
+/* Collects every plugin.<name>.* setting of the built-in plugins named in the chain. */
+static wxg_plugin_kv_t *plugin_settings(const wxg_conf_t *conf, const char *const *names,
+                                        size_t nnames, wxg_conf_map_t ***maps_out, char ***keys_out,
+                                        size_t *n_out)
+{
+    size_t n = 0, cap = 16;
+    wxg_plugin_kv_t *kv = calloc(cap, sizeof *kv);
+    char **keys = calloc(cap, sizeof *keys);
+    wxg_conf_map_t **maps = calloc(nnames + 1, sizeof *maps);
+    if (!kv || !keys || !maps)
+        goto fail;
+    for (size_t i = 0; i < nnames; i++) {
+        if (strchr(names[i], '/'))
+            continue; /* a shared object: it reads its own keys through plugin.<name>.* */
+        maps[i] = wxg_conf_plugin_map(conf, names[i]);
+        if (!maps[i])
+            goto fail;
+        for (size_t k = 0; k < maps[i]->count; k++) {
+            if (n == cap) {
+                cap *= 2;
+                wxg_plugin_kv_t *nkv = realloc(kv, cap * sizeof *kv);
+                if (nkv)
+                    kv = nkv;
+                char **nk = realloc(keys, cap * sizeof *keys);
+                if (nk)
+                    keys = nk;
+                if (!nkv || !nk)
+                    goto fail;
+            }
+            size_t len = strlen(names[i]) + strlen(maps[i]->items[k].key) + 9;
+            keys[n] = malloc(len);
+            if (!keys[n])
+                goto fail;
+            snprintf(keys[n], len, "plugin.%s.%s", names[i], maps[i]->items[k].key);
+            kv[n].key = keys[n];
+            kv[n].value = maps[i]->items[k].value;
+            n++;
+        }
+    }
+    *maps_out = maps;
+    *keys_out = keys;
+    *n_out = n;
+    return kv;
+fail:
+    fprintf(stderr, "wxguard-consumer: out of memory\n");
+    exit(EXIT_FATAL);
+}
+
+static char *join_list(const char *const *items, size_t n)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(items[i]) + 1;
+    char *s = calloc(1, len);
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            strncat(s, ",", len - strlen(s) - 1);
+        strncat(s, items[i], len - strlen(s) - 1);
+    }
+    return s;
+}
+
+static const char *nonempty(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+static void setup_log(const wxg_conf_t *conf)
+{
+    wxg_log_level_t lvl;
+    if (wxg_log_level_parse(wxg_conf_get(conf, "log.level"), &lvl) == 0)
+        wxg_log_set_level(lvl);
+    wxg_log_format_t fmt;
+    if (wxg_log_format_parse(wxg_conf_get(conf, "log.format"), &fmt) == 0)
+        wxg_log_set_format(fmt);
+    wxg_log_set_field_max((size_t)wxg_conf_int(conf, "log.field.max.bytes"));
+    wxg_log_set_personal_ids(wxg_conf_bool(conf, "log.personal.ids"));
+    wxg_log_set_content(wxg_conf_bool(conf, "log.content"));
+    wxg_log_set_id_salt(nonempty(wxg_conf_get(conf, "log.id.salt")));
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL;
+    int print_config = 0;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    size_t nsets = 0;
+    if (!sets)
+        return EXIT_FATAL;
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 's'},
+        {"print-config", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "c:s:phV", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            config = optarg;
+            break;
+        case 's':
+            sets[nsets++] = optarg;
+            break;
+        case 'p':
+            print_config = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            free(sets);
+            return 0;
+        case 'V':
+            printf("wxguard-consumer %s (librdkafka %s)\n", WXG_VERSION_STRING,
+                   rd_kafka_version_str());
+            free(sets);
+            return 0;
+        default:
+            usage(stderr);
+            free(sets);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "wxguard-consumer: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        free(sets);
+        return EXIT_USAGE;
+    }
+
+    char err[512] = "";
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_CONSUMER, config, NULL, sets, nsets, err, sizeof err);
+    free(sets);
+    if (!conf) {
+        fprintf(stderr, "wxguard-consumer: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (print_config) {
+        int rc = wxg_conf_print(conf, stdout);
+        wxg_conf_free(conf);
+        return rc == 0 ? 0 : EXIT_FATAL;
+    }
+    setup_log(conf);
+    for (size_t i = 0; i < wxg_conf_warning_count(conf); i++)
+        wxg_log(WXG_LOG_WARN, "config_warning", WXG_LS("detail", wxg_conf_warning(conf, i)));
+
+    int status = EXIT_STARTUP;
+    wxg_plugin_chain_t *chain = NULL;
+    wxg_producer_t *producer = NULL;
+    wxg_dlq_t *dlq = NULL;
+    wxg_consumer_t *c = NULL;
+    wxg_conf_map_t **maps = NULL;
+    char **pkeys = NULL;
+    size_t npkv = 0;
+    wxg_plugin_kv_t *pkv = NULL;
+    char *spec = NULL;
+    char prefix[80];
+
+    /* The plugin chain. */
+    const char *const *plugins = NULL;
+    size_t nplugins = wxg_conf_list(conf, "plugins", &plugins);
+    spec = join_list(plugins, nplugins);
+    pkv = plugin_settings(conf, plugins, nplugins, &maps, &pkeys, &npkv);
+    int rc = wxg_plugin_chain_new(spec, pkv, npkv, &chain, err, sizeof err);
+    if (rc != 0) {
+        wxg_log(WXG_LOG_ERROR, "plugin_chain_failed", WXG_LERR(rc), WXG_LS("reason", err));
+        status = EXIT_USAGE;
+        goto out;
+    }
+
+    /* The producer for the dead-letter topic and for plugins. */
+    rd_kafka_conf_t *kconf = wxg_conf_kafka(conf, err, sizeof err);
+    if (!kconf) {
+        wxg_log(WXG_LOG_ERROR, "kafka_config_failed", WXG_LS("reason", err));
+        status = EXIT_USAGE;
+        goto out;
+    }
+    {
+        size_t cnt = 0;
+        const char **dump = rd_kafka_conf_dump(kconf, &cnt);
+        wxg_kafka_prop_t *props = calloc(cnt / 2 + 1, sizeof *props);
+        size_t np = 0;
+        for (size_t i = 0; props && i + 1 < cnt; i += 2) {
+            if (producer_prop_wanted(dump[i]))
+                props[np++] = (wxg_kafka_prop_t){dump[i], dump[i + 1]};
+        }
+        producer = props ? wxg_producer_new(props, np, err, sizeof err) : NULL;
+        free(props);
+        rd_kafka_conf_dump_free(dump, cnt);
+    }
+    if (!producer) {
+        rd_kafka_conf_destroy(kconf);
+        wxg_log(WXG_LOG_ERROR, "producer_failed", WXG_LS("reason", err));
+        goto out;
+    }
+    wxg_plugin_chain_set_producer(chain, producer);
+    dlq = wxg_dlq_new(producer, wxg_conf_get(conf, "dlq.topic"),
+                      wxg_conf_get(conf, "kafka.group.id"), err, sizeof err);
+    if (!dlq) {
+        rd_kafka_conf_destroy(kconf);
+        wxg_log(WXG_LOG_ERROR, "dlq_failed", WXG_LS("reason", err));
+        goto out;
+    }
+
+    /* The guard. */
+    wxg_guard_conf_t gc;
+    wxg_guard_conf_init(&gc);
+    gc.host = wxg_conf_get(conf, "redis.host");
+    gc.port = (int)wxg_conf_int(conf, "redis.port");
+    gc.unix_path = nonempty(wxg_conf_get(conf, "redis.unix.socket"));
+    gc.db = (int)wxg_conf_int(conf, "redis.db");
+    gc.user = nonempty(wxg_conf_get(conf, "redis.user"));
+    gc.password = nonempty(wxg_conf_get(conf, "redis.password"));
+    gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
+    gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
+    const char *pfx = wxg_conf_get(conf, "redis.key.prefix");
+    size_t pl = strlen(pfx);
+    snprintf(prefix, sizeof prefix, "%s%s", pfx, pl && pfx[pl - 1] == ':' ? "" : ":");
+    gc.prefix = prefix;
+    gc.lease_ms = wxg_conf_int(conf, "guard.lease.ms");
+    gc.done_retention_ms = wxg_conf_int(conf, "guard.done.retention");
+    gc.failed_retention_ms = wxg_conf_int(conf, "guard.failed.retention");
+    gc.wait_replicas = (int)wxg_conf_int(conf, "guard.wait.replicas");
+    gc.wait_timeout_ms = (int)wxg_conf_int(conf, "guard.wait.timeout.ms");
+    gc.batch_max = (int)wxg_conf_int(conf, "consumer.batch.max");
+
+    /* The consumer. */
+    wxg_consumer_conf_t cc;
+    wxg_consumer_conf_init(&cc);
+    cc.kafka = kconf;
+    cc.ntopics = wxg_conf_list(conf, "consumer.topics", &cc.topics);
+    cc.group_id = wxg_conf_get(conf, "kafka.group.id");
+    cc.workers = (unsigned)wxg_conf_int(conf, "consumer.workers");
+    cc.queue_capacity = (size_t)wxg_conf_int(conf, "consumer.queue.capacity");
+    cc.batch_max = (size_t)wxg_conf_int(conf, "consumer.batch.max");
+    cc.batch_delay_us = wxg_conf_int(conf, "consumer.batch.delay.ms") * 1000;
+    cc.drain_timeout_ms = wxg_conf_int(conf, "consumer.drain.timeout.ms");
+    cc.commit_interval_ms = wxg_conf_int(conf, "consumer.commit.interval.ms");
+    cc.retry_max = (uint32_t)wxg_conf_int(conf, "consumer.retry.max");
+    cc.backoff_initial_ms = wxg_conf_int(conf, "consumer.retry.backoff.initial.ms");
+    cc.backoff_max_ms = wxg_conf_int(conf, "consumer.retry.backoff.max.ms");
+    cc.max_message_bytes = (size_t)wxg_conf_int(conf, "consumer.max.message.bytes");
+    if (wxg_format_parse(wxg_conf_get(conf, "consumer.format"), &cc.format) != 0)
+        cc.format = WXG_FORMAT_AUTO;
+    cc.stall_timeout_ms = wxg_conf_int(conf, "consumer.stall.timeout.ms");
+    cc.guard = &gc;
+    cc.chain = chain;
+    cc.dlq = dlq;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    c = wxg_consumer_new(&cc, err, sizeof err); /* takes kconf */
+    if (!c) {
+        wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));
+        goto out;
+    }
+    the_consumer = c;
+    if (signals_seen)
+        wxg_consumer_stop(c);
+    rc = wxg_consumer_run(c);
+    status = rc == 0 ? 0 : EXIT_FATAL;
+
+out:
+    the_consumer = NULL;
+    wxg_consumer_destroy(c);
+    wxg_dlq_destroy(dlq);
+    wxg_producer_destroy(producer, 5000);
+    wxg_plugin_chain_destroy(chain);
+    for (size_t i = 0; maps && i < nplugins; i++)
+        wxg_conf_map_free(maps[i]);
+    free(maps);
+    for (size_t i = 0; pkeys && i < npkv; i++)
+        free(pkeys[i]);
+    free(pkeys);
+    free(pkv);
+    free(spec);
+    wxg_conf_free(conf);
+    return status;
+}

@@ -1,0 +1,122 @@
+/*
+ * The consumer: Kafka -> worker pool -> idempotency guard -> plugin chain, committing an offset
+ * only when every message before it is DONE, a duplicate, or durably dead-lettered.
+ *
+ * One wxg_consumer_t is one member of a consumer group. wxg_consumer_run() is its poll thread:
+ * it polls with rd_kafka_consumer_poll() and never stops doing so (so the group never sees a
+ * missed max.poll.interval.ms), decodes each record, dispatches its messages to the worker pool
+ * by conversation, pauses partitions when the pool is near full and resumes them when it
+ * drains, stores the contiguous finished watermark of each partition and commits it
+ * periodically, on revoke (after draining that partition within a budget) and on shutdown.
+ *
+ * Per message (on a worker, in batches): claim -> DUPLICATE: finished; BUSY: re-queued after the
+ * owner's remaining lease, never finished early; CLAIMED: the plugins not yet recorded as done
+ * run in order while a watchdog renews the lease, then complete. A plugin's RETRY backs off
+ * exponentially with jitter up to retry_max attempts; FAIL or exhausted retries write the
+ * original record to the dead-letter topic, wait for its delivery report, mark the message
+ * FAILED and only then finish the offset. While the DLQ cannot be written the message stays
+ * unfinished and its partition's watermark stops there: nothing is ever dropped.
+ *
+ * Logging goes through wxguard/log.h (events: started, assigned, revoked, pause, resume,
+ * decode_error, dead_lettered, guard_error, stats every 10 s with every counter, lag per
+ * partition, stalled, draining, stopped).
+ *
+ * Threads: new, run and destroy are called from one thread (run blocks). wxg_consumer_stop()
+ * may be called from any thread and from a signal handler. wxg_consumer_stats() from any thread.
+ */
+#ifndef WXGUARD_CONSUMER_H
+#define WXGUARD_CONSUMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wxguard/common.h"
+#include "wxguard/dlq.h"
+#include "wxguard/guard.h"
+#include "wxguard/msg.h"
+#include "wxguard/plugin_registry.h"
+
+struct rd_kafka_conf_s;
+
+typedef struct wxg_consumer_conf {
+    /* librdkafka configuration with bootstrap.servers, group.id and any tuning. Taken over by
+     * wxg_consumer_new() (also on failure). The consumer sets enable.auto.offset.store=false,
+     * enable.auto.commit=false, its rebalance and commit callbacks. */
+    struct rd_kafka_conf_s *kafka;
+    const char *const *topics; /* ntopics topic names, copied */
+    size_t ntopics;
+    const char *group_id; /* written into dead-letter headers; copied */
+
+    unsigned workers;         /* worker threads, each with its own Redis connection */
+    size_t queue_capacity;    /* messages in the pool at most */
+    size_t batch_max;         /* messages per guard script call */
+    int64_t batch_delay_us;   /* longest wait to fill a batch at light load */
+    int64_t drain_timeout_ms; /* shutdown and revoke drain budget */
+    int64_t commit_interval_ms;
+    uint32_t retry_max; /* attempts before a retried message is dead-lettered */
+    int64_t backoff_initial_ms;
+    int64_t backoff_max_ms;
+    size_t max_message_bytes; /* decode size cap */
+    wxg_format_t format;      /* WXG_FORMAT_AUTO detects per record */
+    int64_t stall_timeout_ms; /* warn when the oldest message in flight is older */
+
+    const wxg_guard_conf_t *guard; /* copied fields are used by each worker's wxg_guard_new() */
+    wxg_plugin_chain_t *chain;     /* borrowed; must outlive the consumer */
+    wxg_dlq_t *dlq;                /* borrowed; must outlive the consumer */
+} wxg_consumer_conf_t;
+
+/* Fills the numeric fields with the documented defaults (4 workers, capacity 4096, batch 64,
+ * 1 ms batch delay, 30 s drain, 1 s commit interval, 5 attempts, 200 ms..30 s backoff, 1 MiB,
+ * 5 min stall); pointers are zeroed. */
+WXG_EXPORT void wxg_consumer_conf_init(wxg_consumer_conf_t *conf);
+
+/* Counters since creation (monotonic) and gauges (now). */
+typedef struct wxg_consumer_stats {
+    uint64_t received;          /* records polled */
+    uint64_t messages;          /* messages decoded from them */
+    uint64_t decode_errors;     /* records parked because they did not decode */
+    uint64_t duplicates;        /* claims that found the message DONE */
+    uint64_t busy;              /* claims that found a live owner (re-queued) */
+    uint64_t processed;         /* messages completed after running their plugins */
+    uint64_t retried;           /* plugin RETRY results that were retried */
+    uint64_t dead_lettered;     /* messages (or records) written to the DLQ */
+    uint64_t dlq_errors;        /* DLQ writes that failed (re-tried later) */
+    uint64_t lease_lost;        /* transitions refused because another owner took over */
+    uint64_t guard_errors;      /* guard calls that failed as a whole (Redis unreachable ...) */
+    uint64_t offsets_stored;    /* partition watermarks stored */
+    uint64_t store_state;       /* stores refused with _STATE: partition no longer ours */
+    uint64_t commits;           /* successful commits (of one or more partitions) */
+    uint64_t offsets_committed; /* partition offsets committed successfully */
+    uint64_t commit_errors;
+    uint64_t stale_finishes;  /* work finished for a partition no longer (or newly) assigned */
+    uint64_t rebalances;      /* assign + revoke events */
+    uint64_t revoke_timeouts; /* revokes whose drain ran out of budget */
+    size_t assigned;          /* partitions assigned now */
+    size_t paused;            /* partitions paused by backpressure now */
+    size_t in_flight;         /* messages in the pool or waiting to enter it */
+    int64_t oldest_age_ms;    /* age of the oldest message in the pool */
+    int64_t lag;              /* sum over assigned partitions of high watermark - watermark */
+} wxg_consumer_stats_t;
+
+typedef struct wxg_consumer_s wxg_consumer_t;
+
+/* Creates the Kafka consumer and starts the workers (each connects to Redis). Returns NULL with
+ * errstr on a bad configuration, a librdkafka error or a failed worker start (Redis down). */
+WXG_EXPORT wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr,
+                                            size_t errstr_size);
+
+/* Subscribes and runs the poll loop until wxg_consumer_stop(), then shuts down in order: stop
+ * fetching, drain within the budget, final synchronous commit of the watermarks, close.
+ * Returns 0 after a clean stop, or a negative WXG_E* code for a fatal error (e.g. WXG_EAUTH
+ * from Redis, a fatal Kafka error), after the same orderly shutdown. Call once. */
+WXG_EXPORT int wxg_consumer_run(wxg_consumer_t *c);
+
+/* Asks run to stop. Async-signal-safe; any thread. */
+WXG_EXPORT void wxg_consumer_stop(wxg_consumer_t *c);
+
+WXG_EXPORT void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out);
+
+/* Frees everything (after run returned, or instead of it). NULL is accepted. */
+WXG_EXPORT void wxg_consumer_destroy(wxg_consumer_t *c);
+
+#endif /* WXGUARD_CONSUMER_H */

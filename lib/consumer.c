@@ -1,0 +1,1471 @@
+/*
+ * DESIGN: the consumer (include/wxguard/consumer.h).
+ *
+ * Purpose: turn Kafka's at-least-once delivery into exactly-once effects, committing an offset
+ * only past messages that are DONE, duplicates, or durably dead-lettered.
+ *
+ * Threads:
+ *   - The poll thread (the caller of wxg_consumer_run) owns the librdkafka handle: it polls,
+ *     handles rebalances (inside rd_kafka_consumer_poll), decodes records, dispatches their
+ *     messages to the pool, pauses and resumes partitions, stores and commits watermarks. It
+ *     never blocks for long: a full pool leaves messages on a local pending list (and every
+ *     partition paused) while polling goes on; only a revoke waits, within its budget.
+ *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
+ *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
+ *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
+ *     Each worker has its own guard connection and plugin thread state.
+ *   - The guard's watchdog thread renews the leases of claimed messages while plugins run.
+ *
+ * Records and messages: one record decodes into one or more messages (batched sync callbacks);
+ * each message is one pool job routed by (account, conversation). The record's offset is
+ * finished in the offsets tracker when its last job finishes, unless a job was cancelled (its
+ * partition was revoked): then the offset stays unfinished and the new owner redoes it.
+ *
+ * Locks: the consumer adds none of its own beyond atomics. Pool callbacks that run with the
+ * pool lock held (cancelled, pressure) only touch atomics, the watchdog and the job's record.
+ *
+ * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
+ * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
+ * -> the message waits and retries, holding its partition's watermark; stores for partitions no
+ * longer ours (_STATE) and late completions are counted, not errors.
+ */
+#include "wxguard/consumer.h"
+
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wxguard/err.h"
+#include "wxguard/log.h"
+#include "wxguard/offsets.h"
+#include "wxguard/pool.h"
+
+#define REASON_MAX           512
+#define INFRA_BACKOFF_MAX_MS 2000
+#define STORE_EVERY_MS       20
+#define PAUSE_EVERY_MS       10
+#define STATS_EVERY_MS       10000
+
+enum { PH_CLAIM = 0, PH_COMPLETE, PH_DLQ, PH_FAILMARK };
+enum { OUT_ACTIVE = 0, OUT_OK, OUT_RETRY, OUT_FAIL, OUT_LOST };
+
+typedef struct cpart cpart;
+typedef struct rec rec;
+
+typedef struct job {
+    rec *r;
+    const wxg_msg_view_t *msg; /* NULL: the record did not decode */
+    struct job *pnext;         /* pending list */
+    uint64_t conv;
+    int phase;
+    int outcome;
+    int has_claim;
+    size_t slot;
+    wxg_guard_claim_t claim;
+    wxg_guard_watch_t *watch;
+    uint32_t errors; /* consecutive infrastructure errors, for backoff */
+    uint32_t attempts;
+    int fail_code;
+    const char *fail_plugin;
+    char *fail_reason;
+    int64_t first_failure_ms, last_failure_ms;
+} job;
+
+struct rec {
+    rd_kafka_message_t *rkm;
+    wxg_batch_t *batch;
+    cpart *part;
+    wxg_offsets_ticket_t ticket;
+    atomic_int refs;
+    atomic_int cancelled;
+    int decode_err;
+    char *decode_reason;
+    size_t njobs;
+    job jobs[];
+};
+
+struct cpart {
+    char *topic;
+    int32_t partition;
+    uint64_t tag;
+    int assigned;
+    int paused;
+    int64_t hi; /* cached high watermark for lag */
+};
+
+typedef struct wstate {
+    wxg_consumer_t *c;
+    unsigned index;
+    wxg_guard_t *g;
+    wxg_plugin_thread_t *pt;
+    unsigned seed;
+    int64_t *out;
+    job **claimv, **chainv, **completev, **retryv, **dlqv, **failv;
+    wxg_guard_msg_t *msgs;
+    wxg_guard_claim_t *claims;
+    wxg_guard_ticket_t *tickets;
+    int *results;
+    wxg_guard_plugin_done_t *dones;
+    job **donejobs;
+    wxg_guard_failure_t *failures;
+} wstate;
+
+struct wxg_consumer_s {
+    wxg_consumer_conf_t conf;
+    wxg_guard_conf_t guard_conf;
+    char **topics;
+    char *group_id;
+    rd_kafka_t *rk;
+    wxg_offsets_t *offsets;
+    wxg_pool_t *pool;
+    wxg_guard_watchdog_t *wd;
+    size_t nplugins;
+
+    cpart **parts;
+    size_t nparts, capparts;
+    cpart *last_part;
+    job *pending_head, *pending_tail;
+    size_t npending;
+
+    volatile sig_atomic_t stop;
+    atomic_int fatal;
+    atomic_int pressure;
+    int stopping;
+    int closing;
+    int ran;
+    size_t window_limit;
+
+    atomic_uint_fast64_t received, messages, decode_errors, duplicates, busy, processed, retried,
+        dead_lettered, dlq_errors, lease_lost, guard_errors, offsets_stored, store_state, commits,
+        offsets_committed, commit_errors, stale_finishes, rebalances, revoke_timeouts;
+    atomic_size_t assigned_n, paused_n, pending_n;
+    atomic_int_fast64_t lag;
+};
+
+/* ---- small helpers ---- */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
+{
+    if (!conf)
+        return;
+    memset(conf, 0, sizeof *conf);
+    conf->workers = 4;
+    conf->queue_capacity = 4096;
+    conf->batch_max = 64;
+    conf->batch_delay_us = 1000;
+    conf->drain_timeout_ms = 30000;
+    conf->commit_interval_ms = 1000;
+    conf->retry_max = 5;
+    conf->backoff_initial_ms = 200;
+    conf->backoff_max_ms = 30000;
+    conf->max_message_bytes = 1 << 20;
+    conf->format = WXG_FORMAT_AUTO;
+    conf->stall_timeout_ms = 300000;
+}
+
+/* ---- records and jobs ---- */
+
+static void rec_free(rec *r)
+{
+    for (size_t i = 0; i < r->njobs; i++)
+        free(r->jobs[i].fail_reason);
+    wxg_batch_free(r->batch);
+    free(r->decode_reason);
+    if (r->rkm)
+        rd_kafka_message_destroy(r->rkm);
+    free(r);
+}
+
+/* Drops one job's reference; the last one finishes the record's offset (unless a job of it was
+ * cancelled) and frees it. Any thread. */
+static void rec_release(wxg_consumer_t *c, rec *r)
+{
+    if (atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    if (!atomic_load(&r->cancelled)) {
+        if (wxg_offsets_finish(&r->ticket) == WXG_ESTATE)
+            atomic_fetch_add(&c->stale_finishes, 1);
+    }
+    rec_free(r);
+}
+
+static void job_drop_claim(wxg_consumer_t *c, job *j)
+{
+    if (j->watch) {
+        wxg_guard_watchdog_remove(c->wd, j->watch);
+        j->watch = NULL;
+    }
+    if (j->has_claim) {
+        wxg_guard_claim_clear(&j->claim);
+        j->has_claim = 0;
+    }
+}
+
+static void job_finish(wxg_consumer_t *c, job *j)
+{
+    job_drop_claim(c, j);
+    rec_release(c, j->r);
+}
+
+static void job_set_failure(job *j, int code, const char *plugin, const char *reason)
+{
+    int64_t now = wall_ms();
+    if (!j->first_failure_ms)
+        j->first_failure_ms = now;
+    j->last_failure_ms = now;
+    j->fail_code = code;
+    j->fail_plugin = plugin;
+    free(j->fail_reason);
+    j->fail_reason = reason ? strdup(reason) : NULL;
+}
+
+/* ---- workers ---- */
+
+static int64_t backoff_ms(wstate *ws, uint32_t n, int64_t initial, int64_t max)
+{
+    if (n == 0)
+        n = 1;
+    int64_t d = initial;
+    for (uint32_t i = 1; i < n && d < max; i++)
+        d *= 2;
+    if (d > max)
+        d = max;
+    if (d < 2)
+        return d;
+    /* Half fixed, half random: retries of many messages spread out instead of marching. */
+    return d / 2 + (int64_t)(rand_r(&ws->seed) % (unsigned)(d / 2 + 1));
+}
+
+static int64_t infra_backoff(wstate *ws, job *j)
+{
+    j->errors++;
+    int64_t max = ws->c->conf.backoff_max_ms < INFRA_BACKOFF_MAX_MS ? ws->c->conf.backoff_max_ms
+                                                                    : INFRA_BACKOFF_MAX_MS;
+    return backoff_ms(ws, j->errors, 50, max);
+}
+
+static void finished(wstate *ws, job *j)
+{
+    ws->out[j->slot] = WXG_POOL_FINISHED;
+    job_finish(ws->c, j);
+}
+
+static void requeue(wstate *ws, job *j, int phase, int64_t delay_ms)
+{
+    if (phase == PH_CLAIM)
+        job_drop_claim(ws->c, j);
+    j->phase = phase;
+    ws->out[j->slot] = delay_ms < 0 ? 0 : delay_ms;
+}
+
+static void note_guard_error(wstate *ws, const char *op, int rc, size_t n)
+{
+    wxg_consumer_t *c = ws->c;
+    atomic_fetch_add(&c->guard_errors, 1);
+    if (rc == WXG_EAUTH) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&c->fatal, &expected, rc);
+    }
+    wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", op), WXG_LERR(rc),
+            WXG_LU("worker", ws->index), WXG_LU("batch", n));
+}
+
+static const char *prev_result(const job *j, const char *plugin)
+{
+    for (size_t i = 0; i < j->claim.n_finished; i++) {
+        if (strcmp(j->claim.finished[i].name, plugin) == 0)
+            return (const char *)j->claim.finished[i].result;
+    }
+    return NULL;
+}
+
+static int plugin_finished(const job *j, const char *plugin)
+{
+    for (size_t i = 0; i < j->claim.n_finished; i++) {
+        if (strcmp(j->claim.finished[i].name, plugin) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Runs the chain for the claimed jobs, stage by stage, so that the done-markers of one stage
+ * travel in one script call. The last plugin gets no marker: complete records it. */
+static void run_chain(wstate *ws, job **v, size_t n)
+{
+    wxg_consumer_t *c = ws->c;
+    size_t np = c->nplugins;
+    for (size_t s = 0; s < np; s++) {
+        const char *name = wxg_plugin_chain_name(c->conf.chain, s);
+        size_t nd = 0;
+        for (size_t k = 0; k < n; k++) {
+            job *j = v[k];
+            if (j->outcome != OUT_ACTIVE || plugin_finished(j, name))
+                continue;
+            int st = wxg_guard_watch_status(j->watch);
+            if (st != WXG_GUARD_WATCH_LIVE) {
+                j->outcome = OUT_LOST;
+                continue;
+            }
+            wxg_plugin_call_t call;
+            wxg_plugin_call_init(&call);
+            call.key = j->msg->key;
+            call.fence = j->claim.ticket.fence;
+            call.attempt = j->claim.attempt;
+            call.topic = j->r->part->topic;
+            call.partition = j->r->part->partition;
+            call.offset = j->r->rkm->offset;
+            call.prev_result = prev_result(j, name);
+            wxg_plugin_result_t res =
+                wxg_plugin_chain_handle(c->conf.chain, ws->pt, s, j->msg, &call);
+            if (res == WXG_PLUGIN_OK) {
+                if (s + 1 < np) {
+                    ws->dones[nd] = (wxg_guard_plugin_done_t){
+                        .ticket = &j->claim.ticket,
+                        .plugin = name,
+                        .result = call.has_result ? call.result : NULL,
+                        .result_len = call.has_result ? strlen(call.result) : 0};
+                    ws->donejobs[nd++] = j;
+                }
+                continue;
+            }
+            j->outcome = res == WXG_PLUGIN_RETRY ? OUT_RETRY : OUT_FAIL;
+            job_set_failure(j, WXG_EPLUGIN, name, call.reason[0] ? call.reason : NULL);
+        }
+        if (nd == 0)
+            continue;
+        int rc = wxg_guard_plugin_done_batch(ws->g, ws->dones, nd, ws->results);
+        if (rc != 0) {
+            /* The markers only spare work after a partial failure; complete is what counts,
+             * so go on and let complete decide. */
+            note_guard_error(ws, "plugin_done", rc, nd);
+            continue;
+        }
+        for (size_t k = 0; k < nd; k++) {
+            if (ws->results[k] == WXG_GUARD_LEASE_LOST)
+                ws->donejobs[k]->outcome = OUT_LOST;
+        }
+    }
+}
+
+/* Returns 1 when the record is written and the job's FAILED mark is still to be set; the job
+ * is finished or re-queued otherwise (and must not be touched again: it may be freed). */
+static int write_dlq(wstate *ws, job *j)
+{
+    wxg_consumer_t *c = ws->c;
+    rec *r = j->r;
+    rd_kafka_message_t *m = r->rkm;
+    if (j->has_claim && wxg_guard_watch_status(j->watch) == WXG_GUARD_WATCH_LOST) {
+        /* Another owner took the message over meanwhile: let a fresh claim decide. */
+        atomic_fetch_add(&c->lease_lost, 1);
+        requeue(ws, j, PH_CLAIM, 0);
+        return 0;
+    }
+    rd_kafka_headers_t *hdrs = NULL;
+    wxg_kafka_header_t *hv = NULL;
+    size_t nh = 0;
+    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR && hdrs) {
+        size_t cnt = rd_kafka_header_cnt(hdrs);
+        hv = cnt ? calloc(cnt, sizeof *hv) : NULL;
+        for (size_t i = 0; hv && i < cnt; i++) {
+            const char *name;
+            const void *val;
+            size_t size;
+            if (rd_kafka_header_get_all(hdrs, i, &name, &val, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                break;
+            hv[nh++] = (wxg_kafka_header_t){.name = name, .value = val, .value_len = size};
+        }
+    }
+    rd_kafka_timestamp_type_t tst;
+    int64_t ts = rd_kafka_message_timestamp(m, &tst);
+    wxg_dlq_record_t dr = {
+        .topic = r->part->topic,
+        .partition = r->part->partition,
+        .offset = m->offset,
+        .key = m->key,
+        .key_len = m->key_len,
+        .value = m->payload,
+        .value_len = m->len,
+        .headers = hv,
+        .header_count = nh,
+        .timestamp_ms = ts,
+        .error = j->fail_code ? j->fail_code : WXG_EPLUGIN,
+        .reason = j->fail_reason,
+        .attempts = j->attempts,
+        .first_failure_ms = j->first_failure_ms,
+        .last_failure_ms = j->last_failure_ms,
+        .idempotency_key = j->msg ? j->msg->key : NULL,
+        .plugin = j->fail_plugin,
+    };
+    char err[256] = "";
+    int rc = wxg_dlq_write(c->conf.dlq, &dr, NULL, err, sizeof err);
+    free(hv);
+    if (rc != 0) {
+        atomic_fetch_add(&c->dlq_errors, 1);
+        wxg_log(WXG_LOG_ERROR, "dlq_write_failed", WXG_LS("topic", r->part->topic),
+                WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset), WXG_LERR(rc),
+                WXG_LS("reason", err));
+        requeue(ws, j, PH_DLQ, infra_backoff(ws, j));
+        return 0;
+    }
+    j->errors = 0;
+    atomic_fetch_add(&c->dead_lettered, 1);
+    wxg_log(WXG_LOG_WARN, "dead_lettered", WXG_LS("topic", r->part->topic),
+            WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset),
+            WXG_LERR(dr.error), WXG_LU("attempts", j->attempts), WXG_LS("plugin", j->fail_plugin),
+            WXG_LS("key", j->msg ? j->msg->key : NULL),
+            WXG_LS("reason", j->fail_reason ? j->fail_reason : wxg_strerror(dr.error)));
+    if (j->has_claim) {
+        j->phase = PH_FAILMARK; /* picked up by the fail-mark step of this same run */
+        return 1;
+    }
+    finished(ws, j);
+    return 0;
+}
+
+static void mark_failed(wstate *ws, job **v, size_t n)
+{
+    if (n == 0)
+        return;
+    for (size_t k = 0; k < n; k++) {
+        ws->failures[k] = (wxg_guard_failure_t){
+            .ticket = &v[k]->claim.ticket, .reason = v[k]->fail_reason, .attempts = v[k]->attempts};
+    }
+    int rc = wxg_guard_fail_batch(ws->g, ws->failures, n, ws->results);
+    if (rc != 0) {
+        note_guard_error(ws, "fail", rc, n);
+        for (size_t k = 0; k < n; k++)
+            requeue(ws, v[k], PH_FAILMARK, infra_backoff(ws, v[k]));
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (ws->results[k] == WXG_GUARD_LEASE_LOST)
+            atomic_fetch_add(&ws->c->lease_lost, 1);
+        finished(ws, v[k]); /* the DLQ record is durable either way */
+    }
+}
+
+static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n, int64_t *out)
+{
+    wxg_consumer_t *c = opaque;
+    wstate *ws = wstate_;
+    ws->out = out;
+    size_t nclaim = 0, nchain = 0, ncomplete = 0, nretry = 0, ndlq = 0, nfail = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        job *j = items[i];
+        j->slot = i;
+        out[i] = WXG_POOL_FINISHED;
+        switch (j->phase) {
+        case PH_CLAIM:
+            ws->claimv[nclaim++] = j;
+            break;
+        case PH_COMPLETE:
+            ws->completev[ncomplete++] = j;
+            break;
+        case PH_DLQ:
+            ws->dlqv[ndlq++] = j;
+            break;
+        default:
+            ws->failv[nfail++] = j;
+            break;
+        }
+    }
+
+    /* 1. Claim. */
+    if (nclaim > 0) {
+        for (size_t k = 0; k < nclaim; k++) {
+            job *j = ws->claimv[k];
+            ws->msgs[k] = (wxg_guard_msg_t){.key = j->msg->key,
+                                            .key_len = strlen(j->msg->key),
+                                            .payload_hash = j->msg->payload_hash};
+        }
+        memset(ws->claims, 0, nclaim * sizeof *ws->claims);
+        int rc = wxg_guard_claim_batch(ws->g, ws->msgs, nclaim, ws->claims);
+        if (rc != 0) {
+            note_guard_error(ws, "claim", rc, nclaim);
+            for (size_t k = 0; k < nclaim; k++)
+                requeue(ws, ws->claimv[k], PH_CLAIM, infra_backoff(ws, ws->claimv[k]));
+            nclaim = 0;
+        }
+        for (size_t k = 0; k < nclaim; k++) {
+            job *j = ws->claimv[k];
+            wxg_guard_claim_t *cl = &ws->claims[k];
+            j->errors = 0;
+            switch (cl->outcome) {
+            case WXG_GUARD_DUPLICATE:
+                atomic_fetch_add(&c->duplicates, 1);
+                wxg_guard_claim_clear(cl);
+                finished(ws, j);
+                break;
+            case WXG_GUARD_BUSY: {
+                atomic_fetch_add(&c->busy, 1);
+                int64_t d = cl->lease_ms_left > 0 ? cl->lease_ms_left : 0;
+                wxg_guard_claim_clear(cl);
+                requeue(ws, j, PH_CLAIM, d + 5 + rand_r(&ws->seed) % 50);
+                break;
+            }
+            case WXG_GUARD_CLAIMED:
+                j->claim = *cl; /* takes over what the result owns */
+                memset(cl, 0, sizeof *cl);
+                j->claim.ticket.key = j->msg->key;
+                j->has_claim = 1;
+                j->attempts = j->claim.attempt;
+                j->outcome = OUT_ACTIVE;
+                j->watch = wxg_guard_watchdog_add(c->wd, &j->claim.ticket);
+                if (!j->watch) {
+                    requeue(ws, j, PH_CLAIM, infra_backoff(ws, j));
+                    break;
+                }
+                ws->chainv[nchain++] = j;
+                break;
+            default:
+                wxg_guard_claim_clear(cl);
+                requeue(ws, j, PH_CLAIM, infra_backoff(ws, j));
+                break;
+            }
+        }
+    }
+
+    /* 2. Plugins. */
+    if (nchain > 0) {
+        run_chain(ws, ws->chainv, nchain);
+        for (size_t k = 0; k < nchain; k++) {
+            job *j = ws->chainv[k];
+            switch (j->outcome) {
+            case OUT_ACTIVE:
+                ws->completev[ncomplete++] = j;
+                break;
+            case OUT_LOST:
+                atomic_fetch_add(&c->lease_lost, 1);
+                requeue(ws, j, PH_CLAIM, 0);
+                break;
+            case OUT_RETRY:
+                if (j->attempts < c->conf.retry_max) {
+                    ws->retryv[nretry++] = j;
+                    break;
+                }
+                ws->dlqv[ndlq++] = j;
+                break;
+            default:
+                ws->dlqv[ndlq++] = j;
+                break;
+            }
+        }
+    }
+
+    /* 3. Complete. */
+    if (ncomplete > 0) {
+        for (size_t k = 0; k < ncomplete; k++)
+            ws->tickets[k] = ws->completev[k]->claim.ticket;
+        int rc = wxg_guard_complete_batch(ws->g, ws->tickets, ncomplete, ws->results);
+        if (rc != 0) {
+            note_guard_error(ws, "complete", rc, ncomplete);
+            for (size_t k = 0; k < ncomplete; k++)
+                requeue(ws, ws->completev[k], PH_COMPLETE, infra_backoff(ws, ws->completev[k]));
+        } else {
+            for (size_t k = 0; k < ncomplete; k++) {
+                job *j = ws->completev[k];
+                if (ws->results[k] == WXG_GUARD_LEASE_LOST) {
+                    atomic_fetch_add(&c->lease_lost, 1);
+                    requeue(ws, j, PH_CLAIM, 0);
+                    continue;
+                }
+                j->errors = 0;
+                atomic_fetch_add(&c->processed, 1);
+                finished(ws, j);
+            }
+        }
+    }
+
+    /* 4. Retries: drop the lease (FAILED keeps the fence and the finished plugins) and come
+     * back after the backoff. */
+    if (nretry > 0) {
+        for (size_t k = 0; k < nretry; k++) {
+            job *j = ws->retryv[k];
+            ws->failures[k] = (wxg_guard_failure_t){
+                .ticket = &j->claim.ticket, .reason = j->fail_reason, .attempts = j->attempts};
+        }
+        int rc = wxg_guard_fail_batch(ws->g, ws->failures, nretry, ws->results);
+        if (rc != 0)
+            note_guard_error(ws, "fail", rc, nretry); /* the lease runs out by itself */
+        for (size_t k = 0; k < nretry; k++) {
+            job *j = ws->retryv[k];
+            atomic_fetch_add(&c->retried, 1);
+            requeue(
+                ws, j, PH_CLAIM,
+                backoff_ms(ws, j->attempts, c->conf.backoff_initial_ms, c->conf.backoff_max_ms));
+        }
+    }
+
+    /* 5. Dead letters, then the FAILED marks of what was written. */
+    for (size_t k = 0; k < ndlq; k++) {
+        job *j = ws->dlqv[k];
+        j->phase = PH_DLQ;
+        if (write_dlq(ws, j))
+            ws->failv[nfail++] = j;
+    }
+    mark_failed(ws, ws->failv, nfail);
+}
+
+static void worker_cancelled(void *opaque, void *item)
+{
+    wxg_consumer_t *c = opaque;
+    job *j = item;
+    atomic_store(&j->r->cancelled, 1);
+    job_drop_claim(c, j);
+    rec_release(c, j->r);
+}
+
+static void worker_pressure(void *opaque, int high)
+{
+    wxg_consumer_t *c = opaque;
+    atomic_store(&c->pressure, high);
+}
+
+static void wstate_free(wstate *ws)
+{
+    if (!ws)
+        return;
+    wxg_plugin_thread_destroy(ws->pt);
+    wxg_guard_destroy(ws->g);
+    free(ws->claimv);
+    free(ws->chainv);
+    free(ws->completev);
+    free(ws->retryv);
+    free(ws->dlqv);
+    free(ws->failv);
+    free(ws->msgs);
+    free(ws->claims);
+    free(ws->tickets);
+    free(ws->results);
+    free(ws->dones);
+    free(ws->donejobs);
+    free(ws->failures);
+    free(ws);
+}
+
+static int worker_init(void *opaque, unsigned worker, void **out, char *errstr, size_t errstr_size)
+{
+    wxg_consumer_t *c = opaque;
+    size_t b = c->conf.batch_max;
+    int rc = WXG_ENOMEM;
+    wstate *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        goto fail;
+    ws->c = c;
+    ws->index = worker;
+    ws->seed = (unsigned)time(NULL) ^ (worker * 2654435761u);
+    ws->claimv = calloc(b, sizeof *ws->claimv);
+    ws->chainv = calloc(b, sizeof *ws->chainv);
+    ws->completev = calloc(b, sizeof *ws->completev);
+    ws->retryv = calloc(b, sizeof *ws->retryv);
+    ws->dlqv = calloc(b, sizeof *ws->dlqv);
+    ws->failv = calloc(b, sizeof *ws->failv);
+    ws->msgs = calloc(b, sizeof *ws->msgs);
+    ws->claims = calloc(b, sizeof *ws->claims);
+    ws->tickets = calloc(b, sizeof *ws->tickets);
+    ws->results = calloc(b, sizeof *ws->results);
+    ws->dones = calloc(b, sizeof *ws->dones);
+    ws->donejobs = calloc(b, sizeof *ws->donejobs);
+    ws->failures = calloc(b, sizeof *ws->failures);
+    if (!ws->claimv || !ws->chainv || !ws->completev || !ws->retryv || !ws->dlqv || !ws->failv ||
+        !ws->msgs || !ws->claims || !ws->tickets || !ws->results || !ws->dones || !ws->donejobs ||
+        !ws->failures) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+    int gerr = 0;
+    ws->g = wxg_guard_new(&c->guard_conf, &gerr, errstr, errstr_size);
+    if (!ws->g) {
+        rc = gerr ? gerr : WXG_ECONN;
+        goto fail;
+    }
+    rc = wxg_plugin_thread_new(c->conf.chain, &ws->pt, errstr, errstr_size);
+    if (rc != 0)
+        goto fail;
+    *out = ws;
+    return 0;
+fail:
+    wstate_free(ws);
+    return rc;
+}
+
+static void worker_fini(void *opaque, unsigned worker, void *wstate_)
+{
+    wstate_free(wstate_);
+}
+
+/* ---- partitions (poll thread) ---- */
+
+static cpart *part_find(wxg_consumer_t *c, const char *topic, int32_t partition)
+{
+    cpart *l = c->last_part;
+    if (l && l->partition == partition && strcmp(l->topic, topic) == 0)
+        return l;
+    for (size_t i = 0; i < c->nparts; i++) {
+        cpart *p = c->parts[i];
+        if (p->partition == partition && strcmp(p->topic, topic) == 0) {
+            c->last_part = p;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
+{
+    cpart *p = part_find(c, topic, partition);
+    if (p)
+        return p;
+    if (c->nparts == c->capparts) {
+        size_t n = c->capparts ? c->capparts * 2 : 16;
+        cpart **v = realloc(c->parts, n * sizeof *v);
+        if (!v)
+            return NULL;
+        c->parts = v;
+        c->capparts = n;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->topic = strdup(topic);
+    if (!p->topic) {
+        free(p);
+        return NULL;
+    }
+    p->partition = partition;
+    p->tag = (uint64_t)c->nparts + 1;
+    c->parts[c->nparts++] = p;
+    return p;
+}
+
+static void count_parts(wxg_consumer_t *c)
+{
+    size_t a = 0, pz = 0;
+    for (size_t i = 0; i < c->nparts; i++) {
+        a += c->parts[i]->assigned;
+        pz += c->parts[i]->assigned && c->parts[i]->paused;
+    }
+    atomic_store(&c->assigned_n, a);
+    atomic_store(&c->paused_n, pz);
+}
+
+/* Pauses (want=1) or resumes (want=0) the listed partitions and records which ones we paused,
+ * so that we only ever resume what we paused ourselves. */
+static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
+{
+    if (n == 0)
+        return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)n);
+    if (!l)
+        return;
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition);
+    rd_kafka_resp_err_t err =
+        want ? rd_kafka_pause_partitions(c->rk, l) : rd_kafka_resume_partitions(c->rk, l);
+    for (int i = 0; i < l->cnt; i++) {
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            v[i]->paused = want;
+    }
+    wxg_log(
+        WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
+        WXG_LS("reason", c->stopping
+                             ? "shutdown"
+                             : (atomic_load(&c->pressure) || c->pending_head ? "pool" : "window")));
+    rd_kafka_topic_partition_list_destroy(l);
+    count_parts(c);
+}
+
+/* Brings the pause state of every assigned partition in line with what it should be: paused
+ * while the pool is above its high watermark, while messages wait for room, while stopping, or
+ * while the partition's own window behind a stuck message is too large. */
+static void apply_pause(wxg_consumer_t *c)
+{
+    if (c->nparts == 0)
+        return;
+    int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
+    cpart **pause = calloc(c->nparts, sizeof *pause);
+    cpart **resume = calloc(c->nparts, sizeof *resume);
+    size_t np = 0, nr = 0;
+    if (!pause || !resume)
+        goto out;
+    for (size_t i = 0; i < c->nparts; i++) {
+        cpart *p = c->parts[i];
+        if (!p->assigned)
+            continue;
+        int want =
+            global || wxg_offsets_window(c->offsets, p->topic, p->partition) > c->window_limit;
+        if (want && !p->paused)
+            pause[np++] = p;
+        else if (!want && p->paused)
+            resume[nr++] = p;
+    }
+    set_paused(c, pause, np, 1);
+    set_paused(c, resume, nr, 0);
+out:
+    free(pause);
+    free(resume);
+}
+
+/* ---- offsets (poll thread) ---- */
+
+static int collect_store(void *opaque, const char *topic, int32_t partition, int64_t offset,
+                         uint64_t epoch)
+{
+    rd_kafka_topic_partition_list_t *l = opaque;
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
+    return 0;
+}
+
+static void store_offsets(wxg_consumer_t *c)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
+    if (!l)
+        return;
+    wxg_offsets_foreach_advanced(c->offsets, collect_store, l);
+    if (l->cnt > 0) {
+        rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, l);
+        for (int i = 0; i < l->cnt; i++) {
+            if (l->elems[i].err == RD_KAFKA_RESP_ERR__STATE)
+                atomic_fetch_add(&c->store_state, 1);
+            else if (l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                atomic_fetch_add(&c->offsets_stored, 1);
+        }
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__STATE)
+            wxg_log(WXG_LOG_WARN, "store_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    wxg_consumer_t *c = opaque;
+    if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return; /* nothing new to commit */
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        atomic_fetch_add(&c->commit_errors, 1);
+        wxg_log(WXG_LOG_WARN, "commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+        return;
+    }
+    atomic_fetch_add(&c->commits, 1);
+    for (int i = 0; offsets && i < offsets->cnt; i++) {
+        if (offsets->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets->elems[i].offset >= 0)
+            atomic_fetch_add(&c->offsets_committed, 1);
+    }
+}
+
+/* ---- rebalances (poll thread, inside rd_kafka_consumer_poll) ---- */
+
+static int is_cooperative(wxg_consumer_t *c)
+{
+    const char *proto = rd_kafka_rebalance_protocol(c->rk);
+    return proto && strcmp(proto, "COOPERATIVE") == 0;
+}
+
+static void drop_pending_of(wxg_consumer_t *c, const cpart *p)
+{
+    job **pp = &c->pending_head;
+    job *prev = NULL;
+    while (*pp) {
+        job *j = *pp;
+        if (p == NULL || j->r->part == p) {
+            *pp = j->pnext;
+            c->npending--;
+            worker_cancelled(c, j);
+            continue;
+        }
+        prev = j;
+        pp = &j->pnext;
+    }
+    c->pending_tail = prev;
+    atomic_store(&c->pending_n, c->npending);
+}
+
+static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+{
+    cpart **v = calloc((size_t)parts->cnt + 1, sizeof *v);
+    size_t nv = 0;
+    for (int i = 0; i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        cpart *p = part_get(c, tp->topic, tp->partition);
+        if (!p || wxg_offsets_assign(c->offsets, tp->topic, tp->partition, NULL) != 0) {
+            wxg_log(WXG_LOG_ERROR, "assign_failed", WXG_LERR(WXG_ENOMEM));
+            atomic_store(&c->fatal, WXG_ENOMEM);
+            continue;
+        }
+        p->assigned = 1;
+        p->paused = 0;
+        if (v)
+            v[nv++] = p;
+    }
+    rd_kafka_error_t *e = NULL;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (is_cooperative(c))
+        e = rd_kafka_incremental_assign(c->rk, parts);
+    else
+        err = rd_kafka_assign(c->rk, parts);
+    if (e) {
+        wxg_log(WXG_LOG_ERROR, "assign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
+        rd_kafka_error_destroy(e);
+    } else if (err) {
+        wxg_log(WXG_LOG_ERROR, "assign_error", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    }
+    /* librdkafka keeps an application pause across re-assignment, and a fresh assignment must
+     * honour the pool's state at once: decide for the new partitions now. */
+    int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
+    if (global && v)
+        set_paused(c, v, nv, 1);
+    free(v);
+    count_parts(c);
+    wxg_log(WXG_LOG_INFO, "assigned", WXG_LI("partitions", parts->cnt),
+            WXG_LS("protocol", rd_kafka_rebalance_protocol(c->rk)), WXG_LB("paused", global));
+}
+
+static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+{
+    int lost = rd_kafka_assignment_lost(c->rk);
+    int64_t budget = c->conf.drain_timeout_ms;
+    int64_t deadline = mono_ms() + budget;
+    size_t n = (size_t)parts->cnt;
+    cpart **v = calloc(n + 1, sizeof *v);
+    size_t nv = 0;
+    for (size_t i = 0; v && i < n; i++) {
+        cpart *p = part_find(c, parts->elems[i].topic, parts->elems[i].partition);
+        if (p && p->assigned)
+            v[nv++] = p;
+    }
+    /* 1. Stop dispatching: drop what never reached the pool, and work that waits for a lease
+     *    or a backoff (it cannot finish within the budget). */
+    for (size_t i = 0; i < nv; i++) {
+        drop_pending_of(c, v[i]);
+        if (c->pool)
+            wxg_pool_cancel_delayed(c->pool, v[i]->tag);
+    }
+    /* 2. Let running and queued work of these partitions finish within the budget (not when
+     *    the assignment is already lost: someone else owns it). */
+    int timed_out = 0;
+    for (size_t i = 0; c->pool && !lost && !c->closing && i < nv; i++) {
+        int64_t left = deadline - mono_ms();
+        if (left < 0)
+            left = 0;
+        if (wxg_pool_wait_tag(c->pool, v[i]->tag, left) != 0)
+            timed_out = 1;
+    }
+    for (size_t i = 0; c->pool && i < nv; i++)
+        wxg_pool_cancel(c->pool, v[i]->tag);
+    if (timed_out)
+        atomic_fetch_add(&c->revoke_timeouts, 1);
+    /* 3. Commit their watermarks synchronously while they are still ours. */
+    if (!lost && nv > 0) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
+        for (size_t i = 0; l && i < nv; i++) {
+            int64_t off;
+            if (wxg_offsets_committable(c->offsets, v[i]->topic, v[i]->partition, &off) == 0)
+                rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
+        }
+        if (l && l->cnt > 0) {
+            rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, l, 0);
+            if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+                atomic_fetch_add(&c->commit_errors, 1);
+                wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
+                        WXG_LS("kafka_err", rd_kafka_err2name(err)));
+            }
+        }
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
+     *    arriving from now on are stale. */
+    cpart **res = calloc(nv + 1, sizeof *res);
+    size_t nr = 0;
+    for (size_t i = 0; res && i < nv; i++) {
+        if (v[i]->paused)
+            res[nr++] = v[i];
+    }
+    set_paused(c, res, nr, 0);
+    free(res);
+    for (size_t i = 0; i < nv; i++) {
+        wxg_offsets_revoke(c->offsets, v[i]->topic, v[i]->partition);
+        v[i]->assigned = 0;
+        v[i]->paused = 0;
+    }
+    free(v);
+    /* 5. Release them. */
+    if (is_cooperative(c)) {
+        rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
+        if (e) {
+            wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
+            rd_kafka_error_destroy(e);
+        }
+    } else {
+        rd_kafka_assign(c->rk, NULL);
+    }
+    count_parts(c);
+    wxg_log(WXG_LOG_INFO, "revoked", WXG_LI("partitions", parts->cnt), WXG_LB("lost", lost),
+            WXG_LB("drain_timed_out", timed_out));
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    wxg_consumer_t *c = opaque;
+    atomic_fetch_add(&c->rebalances, 1);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        on_assign(c, parts);
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        on_revoke(c, parts);
+    } else {
+        wxg_log(WXG_LOG_ERROR, "rebalance_error", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+        rd_kafka_assign(rk, NULL);
+    }
+}
+
+/* ---- dispatch (poll thread) ---- */
+
+static uint64_t conv_hash(const wxg_msg_view_t *m)
+{
+    uint64_t h = wxg_pool_hash(m->account, strlen(m->account));
+    const char *conv = m->conversation && m->conversation[0] ? m->conversation : m->key;
+    return h ^ (wxg_pool_hash(conv, strlen(conv)) * 0x9e3779b97f4a7c15ULL);
+}
+
+static void flush_pending(wxg_consumer_t *c)
+{
+    while (c->pending_head) {
+        job *j = c->pending_head;
+        int rc = wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
+        if (rc == WXG_EBUSY)
+            break;
+        c->pending_head = j->pnext;
+        if (!c->pending_head)
+            c->pending_tail = NULL;
+        c->npending--;
+        if (rc != 0) {
+            /* Closed or out of memory: the record stays unfinished (never committed past). */
+            worker_cancelled(c, j);
+        }
+    }
+    atomic_store(&c->pending_n, c->npending);
+}
+
+static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    cpart *p = part_find(c, topic, m->partition);
+    if (!p || !p->assigned || c->stopping) {
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    wxg_offsets_ticket_t ticket;
+    int rc = wxg_offsets_dispatch(c->offsets, topic, m->partition, m->offset, &ticket);
+    if (rc != 0) {
+        /* A re-fetch of something already in hand, or not ours: nothing to do. */
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    wxg_decode_opts_t opts = {
+        .format = c->conf.format, .max_bytes = c->conf.max_message_bytes, .max_depth = 0};
+    char err[256] = "";
+    wxg_batch_t *batch = NULL;
+    int derr = wxg_decode(m->payload, m->len, &opts, &batch, err, sizeof err);
+    size_t nmsg = derr == 0 ? wxg_batch_count(batch) : 1;
+    rec *r = calloc(1, sizeof *r + (nmsg ? nmsg : 1) * sizeof(job));
+    if (!r) {
+        /* Leave the offset unfinished: the watermark stops here and nothing is lost. */
+        atomic_store(&c->fatal, WXG_ENOMEM);
+        wxg_batch_free(batch);
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    r->rkm = m;
+    r->batch = batch;
+    r->part = p;
+    r->ticket = ticket;
+    r->decode_err = derr;
+    r->njobs = nmsg;
+    atomic_store(&r->refs, (int)nmsg + 1);
+    if (derr != 0) {
+        atomic_fetch_add(&c->decode_errors, 1);
+        r->decode_reason = strdup(err);
+        job *j = &r->jobs[0];
+        j->r = r;
+        j->phase = PH_DLQ;
+        j->conv = wxg_pool_hash(topic, strlen(topic)) ^ (uint64_t)m->partition;
+        job_set_failure(j, derr, NULL, err);
+        j->attempts = 1;
+        wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", topic),
+                WXG_LI("partition", m->partition), WXG_LI("offset", m->offset), WXG_LERR(derr),
+                WXG_LS("reason", err));
+    } else {
+        atomic_fetch_add(&c->messages, nmsg);
+        for (size_t i = 0; i < nmsg; i++) {
+            job *j = &r->jobs[i];
+            j->r = r;
+            j->msg = wxg_batch_msg(batch, i);
+            j->phase = PH_CLAIM;
+            j->conv = conv_hash(j->msg);
+        }
+    }
+    for (size_t i = 0; i < nmsg; i++) {
+        job *j = &r->jobs[i];
+        if (c->pending_tail)
+            c->pending_tail->pnext = j;
+        else
+            c->pending_head = j;
+        c->pending_tail = j;
+        c->npending++;
+    }
+    /* The poll thread's own reference: an empty batch finishes here. */
+    rec_release(c, r);
+    flush_pending(c);
+}
+
+static void handle_message(wxg_consumer_t *c, rd_kafka_message_t *m)
+{
+    if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            wxg_log(WXG_LOG_WARN, "consume_error", WXG_LS("kafka_err", rd_kafka_err2name(m->err)),
+                    WXG_LS("reason", rd_kafka_message_errstr(m)));
+            char fe[256];
+            if (m->err == RD_KAFKA_RESP_ERR__FATAL &&
+                rd_kafka_fatal_error(c->rk, fe, sizeof fe) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                atomic_store(&c->fatal, WXG_EKAFKA);
+        }
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    atomic_fetch_add(&c->received, 1);
+    dispatch(c, m);
+}
+
+/* ---- periodic work ---- */
+
+static void update_lag(wxg_consumer_t *c, int log_it)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < c->nparts; i++) {
+        cpart *p = c->parts[i];
+        if (!p->assigned)
+            continue;
+        int64_t lo = 0, hi = 0, w = 0;
+        if (rd_kafka_get_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi) !=
+                RD_KAFKA_RESP_ERR_NO_ERROR ||
+            hi < 0)
+            continue;
+        if (wxg_offsets_committable(c->offsets, p->topic, p->partition, &w) != 0)
+            continue;
+        int64_t lag = hi > w ? hi - w : 0;
+        total += lag;
+        if (log_it)
+            wxg_log(WXG_LOG_INFO, "lag", WXG_LS("topic", p->topic),
+                    WXG_LI("partition", p->partition), WXG_LI("watermark", w), WXG_LI("high", hi),
+                    WXG_LI("lag", lag));
+    }
+    atomic_store(&c->lag, total);
+}
+
+static void log_stats(wxg_consumer_t *c)
+{
+    wxg_consumer_stats_t s;
+    wxg_consumer_stats(c, &s);
+    wxg_log(WXG_LOG_INFO, "stats", WXG_LU("received", s.received), WXG_LU("messages", s.messages),
+            WXG_LU("duplicates", s.duplicates), WXG_LU("busy_retries", s.busy),
+            WXG_LU("processed", s.processed), WXG_LU("retried", s.retried),
+            WXG_LU("dead_lettered", s.dead_lettered), WXG_LU("decode_errors", s.decode_errors),
+            WXG_LU("lease_lost", s.lease_lost), WXG_LU("offsets_committed", s.offsets_committed),
+            WXG_LU("commit_errors", s.commit_errors), WXG_LU("rebalances", s.rebalances),
+            WXG_LU("paused_partitions", s.paused), WXG_LU("assigned", s.assigned),
+            WXG_LU("in_flight", s.in_flight), WXG_LI("oldest_ms", s.oldest_age_ms),
+            WXG_LI("lag", s.lag), WXG_LU("stale_finishes", s.stale_finishes),
+            WXG_LU("store_state", s.store_state), WXG_LU("guard_errors", s.guard_errors),
+            WXG_LU("dlq_errors", s.dlq_errors));
+    if (c->conf.stall_timeout_ms > 0 && s.oldest_age_ms > c->conf.stall_timeout_ms)
+        wxg_log(WXG_LOG_WARN, "stalled", WXG_LI("oldest_ms", s.oldest_age_ms),
+                WXG_LU("in_flight", s.in_flight));
+}
+
+/* ---- life cycle ---- */
+
+wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    char dummy[1];
+    if (!errstr || errstr_size == 0) {
+        errstr = dummy;
+        errstr_size = sizeof dummy;
+    }
+    rd_kafka_conf_t *kconf = conf ? conf->kafka : NULL;
+    wxg_consumer_t *c = NULL;
+    if (!conf || !kconf || !conf->topics || conf->ntopics == 0 || !conf->guard || !conf->chain ||
+        !conf->dlq || conf->workers == 0 || conf->queue_capacity == 0 || conf->batch_max == 0 ||
+        conf->retry_max == 0) {
+        snprintf(errstr, errstr_size, "consumer: incomplete configuration");
+        goto fail;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(errstr, errstr_size, "consumer: out of memory");
+        goto fail;
+    }
+    c->conf = *conf;
+    c->conf.kafka = NULL;
+    c->guard_conf = *conf->guard;
+    c->nplugins = wxg_plugin_chain_count(conf->chain);
+    c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
+    c->topics = calloc(conf->ntopics, sizeof *c->topics);
+    c->group_id = strdup(conf->group_id ? conf->group_id : "");
+    if (!c->topics || !c->group_id) {
+        snprintf(errstr, errstr_size, "consumer: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < conf->ntopics; i++) {
+        c->topics[i] = strdup(conf->topics[i]);
+        if (!c->topics[i]) {
+            snprintf(errstr, errstr_size, "consumer: out of memory");
+            goto fail;
+        }
+    }
+    c->conf.topics = NULL;
+    c->conf.group_id = c->group_id;
+
+    static const char *const forced[][2] = {
+        {"enable.auto.offset.store", "false"},
+        {"enable.auto.commit", "false"},
+        {"enable.partition.eof", "false"},
+    };
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
+        if (rd_kafka_conf_set(kconf, forced[i][0], forced[i][1], errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+            goto fail;
+    }
+    rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(kconf, commit_cb);
+    rd_kafka_conf_set_opaque(kconf, c);
+
+    c->offsets = wxg_offsets_new(errstr, errstr_size);
+    if (!c->offsets)
+        goto fail;
+    int gerr = 0;
+    c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
+    if (!c->wd)
+        goto fail;
+
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, errstr_size);
+    if (!c->rk)
+        goto fail;
+    kconf = NULL; /* owned by c->rk now */
+    rd_kafka_poll_set_consumer(c->rk);
+
+    wxg_pool_conf_t pc = {
+        .workers = conf->workers,
+        .capacity = conf->queue_capacity,
+        .batch_max = conf->batch_max,
+        .batch_delay_us = conf->batch_delay_us,
+        .high_watermark = conf->queue_capacity - conf->queue_capacity / 8,
+        .low_watermark = conf->queue_capacity / 2,
+    };
+    if (pc.high_watermark == 0)
+        pc.high_watermark = conf->queue_capacity;
+    if (pc.low_watermark >= pc.high_watermark)
+        pc.low_watermark = pc.high_watermark - 1;
+    wxg_pool_ops_t ops = {.thread_init = worker_init,
+                          .thread_fini = worker_fini,
+                          .run = worker_run,
+                          .cancelled = worker_cancelled,
+                          .pressure = worker_pressure};
+    c->pool = wxg_pool_new(&pc, &ops, c, errstr, errstr_size);
+    if (!c->pool)
+        goto fail;
+    return c;
+
+fail:
+    if (kconf)
+        rd_kafka_conf_destroy(kconf);
+    wxg_consumer_destroy(c);
+    return NULL;
+}
+
+void wxg_consumer_stop(wxg_consumer_t *c)
+{
+    if (c)
+        c->stop = 1;
+}
+
+static void shutdown_consumer(wxg_consumer_t *c)
+{
+    c->stopping = 1;
+    apply_pause(c);
+    int64_t deadline = mono_ms() + c->conf.drain_timeout_ms;
+    wxg_log(WXG_LOG_INFO, "draining", WXG_LI("budget_ms", c->conf.drain_timeout_ms));
+    for (;;) {
+        flush_pending(c);
+        wxg_pool_stats_t ps;
+        wxg_pool_stats(c->pool, &ps);
+        if (ps.jobs == 0 && !c->pending_head)
+            break;
+        if (mono_ms() >= deadline) {
+            wxg_log(WXG_LOG_WARN, "drain_timeout", WXG_LU("left", ps.jobs + c->npending));
+            break;
+        }
+        /* Keep serving the group (and any rebalance) while draining. */
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 20);
+        if (m)
+            rd_kafka_message_destroy(m);
+        store_offsets(c);
+    }
+    /* Workers stop after their current batch; whatever is left is cancelled, unfinished. */
+    wxg_pool_destroy(c->pool);
+    c->pool = NULL;
+    drop_pending_of(c, NULL);
+    store_offsets(c);
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    c->closing = 1;
+    err = rd_kafka_consumer_close(c->rk);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        wxg_log(WXG_LOG_WARN, "close_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    log_stats(c);
+    wxg_log(WXG_LOG_INFO, "stopped");
+}
+
+int wxg_consumer_run(wxg_consumer_t *c)
+{
+    if (!c || c->ran)
+        return WXG_EINVAL;
+    c->ran = 1;
+    rd_kafka_topic_partition_list_t *subs = rd_kafka_topic_partition_list_new((int)c->conf.ntopics);
+    if (!subs)
+        return WXG_ENOMEM;
+    for (size_t i = 0; i < c->conf.ntopics; i++)
+        rd_kafka_topic_partition_list_add(subs, c->topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, subs);
+    rd_kafka_topic_partition_list_destroy(subs);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        wxg_log(WXG_LOG_ERROR, "subscribe_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+        return WXG_EKAFKA;
+    }
+    wxg_log(WXG_LOG_INFO, "started", WXG_LU("workers", c->conf.workers),
+            WXG_LU("capacity", c->conf.queue_capacity), WXG_LU("batch_max", c->conf.batch_max));
+    int64_t now = mono_ms();
+    int64_t last_store = now, last_commit = now, last_pause = 0, last_stats = now;
+    while (!c->stop && !atomic_load(&c->fatal)) {
+        flush_pending(c);
+        now = mono_ms();
+        if (now - last_pause >= PAUSE_EVERY_MS || c->pending_head) {
+            apply_pause(c);
+            last_pause = now;
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, c->pending_head ? 5 : 50);
+        if (m)
+            handle_message(c, m);
+        now = mono_ms();
+        if (now - last_store >= STORE_EVERY_MS) {
+            store_offsets(c);
+            last_store = now;
+        }
+        if (now - last_commit >= c->conf.commit_interval_ms) {
+            store_offsets(c);
+            err = rd_kafka_commit(c->rk, NULL, 1);
+            if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+                wxg_log(WXG_LOG_DEBUG, "commit_skipped",
+                        WXG_LS("kafka_err", rd_kafka_err2name(err)));
+            last_commit = now;
+        }
+        if (now - last_stats >= STATS_EVERY_MS) {
+            update_lag(c, 1);
+            log_stats(c);
+            last_stats = now;
+        }
+    }
+    int fatal = atomic_load(&c->fatal);
+    if (fatal)
+        wxg_log(WXG_LOG_ERROR, "fatal", WXG_LERR(fatal));
+    shutdown_consumer(c);
+    return fatal;
+}
+
+void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
+{
+    if (!c || !out)
+        return;
+    memset(out, 0, sizeof *out);
+    out->received = atomic_load(&c->received);
+    out->messages = atomic_load(&c->messages);
+    out->decode_errors = atomic_load(&c->decode_errors);
+    out->duplicates = atomic_load(&c->duplicates);
+    out->busy = atomic_load(&c->busy);
+    out->processed = atomic_load(&c->processed);
+    out->retried = atomic_load(&c->retried);
+    out->dead_lettered = atomic_load(&c->dead_lettered);
+    out->dlq_errors = atomic_load(&c->dlq_errors);
+    out->lease_lost = atomic_load(&c->lease_lost);
+    out->guard_errors = atomic_load(&c->guard_errors);
+    out->offsets_stored = atomic_load(&c->offsets_stored);
+    out->store_state = atomic_load(&c->store_state);
+    out->commits = atomic_load(&c->commits);
+    out->offsets_committed = atomic_load(&c->offsets_committed);
+    out->commit_errors = atomic_load(&c->commit_errors);
+    out->rebalances = atomic_load(&c->rebalances);
+    out->revoke_timeouts = atomic_load(&c->revoke_timeouts);
+    wxg_offsets_stats_t os;
+    wxg_offsets_stats(c->offsets, &os);
+    out->stale_finishes = os.stale_finishes;
+    out->assigned = atomic_load(&c->assigned_n);
+    out->paused = atomic_load(&c->paused_n);
+    out->in_flight = atomic_load(&c->pending_n);
+    out->lag = atomic_load(&c->lag);
+    wxg_pool_t *pool = c->pool;
+    if (pool) {
+        wxg_pool_stats_t ps;
+        wxg_pool_stats(pool, &ps);
+        out->in_flight += ps.jobs;
+        out->oldest_age_ms = ps.oldest_age_us / 1000;
+    }
+}
+
+void wxg_consumer_destroy(wxg_consumer_t *c)
+{
+    if (!c)
+        return;
+    wxg_pool_destroy(c->pool);
+    c->pool = NULL;
+    drop_pending_of(c, NULL);
+    if (c->rk) {
+        if (!c->closing) {
+            c->closing = 1;
+            rd_kafka_consumer_close(c->rk);
+        }
+        rd_kafka_destroy(c->rk);
+    }
+    wxg_guard_watchdog_destroy(c->wd);
+    wxg_offsets_destroy(c->offsets);
+    for (size_t i = 0; i < c->nparts; i++) {
+        free(c->parts[i]->topic);
+        free(c->parts[i]);
+    }
+    free(c->parts);
+    for (size_t i = 0; c->topics && i < c->conf.ntopics; i++)
+        free(c->topics[i]);
+    free(c->topics);
+    free(c->group_id);
+    free(c);
+}
