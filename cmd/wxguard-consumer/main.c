@@ -256,16 +256,33 @@ int main(int argc, char **argv)
         goto out;
     }
     {
-        size_t cnt = 0;
+        /* Only what the configuration changed from librdkafka's defaults is handed on. */
+        size_t cnt = 0, dcnt = 0;
         const char **dump = rd_kafka_conf_dump(kconf, &cnt);
+        rd_kafka_conf_t *defconf = rd_kafka_conf_new();
+        const char **defs = rd_kafka_conf_dump(defconf, &dcnt);
         wxg_kafka_prop_t *props = calloc(cnt / 2 + 1, sizeof *props);
         size_t np = 0;
         for (size_t i = 0; props && i + 1 < cnt; i += 2) {
-            if (producer_prop_wanted(dump[i]))
-                props[np++] = (wxg_kafka_prop_t){dump[i], dump[i + 1]};
+            if (!producer_prop_wanted(dump[i]))
+                continue;
+            int is_default = 0;
+            for (size_t k = 0; k + 1 < dcnt; k += 2) {
+                if (strcmp(defs[k], dump[i]) == 0) {
+                    is_default = strcmp(defs[k + 1], dump[i + 1]) == 0;
+                    break;
+                }
+            }
+            /* librdkafka dumps bootstrap.servers under its older name. */
+            const char *name =
+                strcmp(dump[i], "metadata.broker.list") == 0 ? "bootstrap.servers" : dump[i];
+            if (!is_default)
+                props[np++] = (wxg_kafka_prop_t){name, dump[i + 1]};
         }
         producer = props ? wxg_producer_new(props, np, err, sizeof err) : NULL;
         free(props);
+        rd_kafka_conf_dump_free(defs, dcnt);
+        rd_kafka_conf_destroy(defconf);
         rd_kafka_conf_dump_free(dump, cnt);
     }
     if (!producer) {

@@ -1,0 +1,359 @@
+/*
+ * DESIGN: test support for wxguard-consumer end-to-end tests (see consumertest.h). Replicas are
+ * fork/exec'd children in their own process group is not needed: they are stopped by PID. The
+ * ledger is parsed with cJSON; offsets come from the broker through testkafka.
+ */
+#include "consumertest.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testenv.h"
+#include "testkafka.h"
+
+#define ACCOUNT "wxid_ctbot0001"
+
+void wxg_ct_setup(wxg_ct_t *t, const char *tag, int partitions)
+{
+    memset(t, 0, sizeof *t);
+    assert_true(partitions > 0 && partitions <= WXG_CT_MAX_PARTS);
+    t->partitions = partitions;
+    t->dir = wxg_test_mkdtemp(tag);
+    assert_non_null(t->dir);
+    t->topic = wxg_test_kafka_name(tag);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s-dlq", tag);
+    t->dlq = wxg_test_kafka_name(buf);
+    snprintf(buf, sizeof buf, "%s-group", tag);
+    t->group = wxg_test_kafka_name(buf);
+    snprintf(t->prefix, sizeof t->prefix, "ct%ld%lld", (long)getpid(),
+             (long long)wxg_test_now_ms());
+    snprintf(t->ledger, sizeof t->ledger, "%s/ledger.jsonl", t->dir);
+    snprintf(t->config, sizeof t->config, "%s/consumer.conf", t->dir);
+    t->redis_host = wxg_test_redis_host();
+    t->redis_port = wxg_test_redis_port();
+    wxg_test_kafka_create_topic(t->topic, partitions);
+    wxg_test_kafka_create_topic(t->dlq, 1);
+}
+
+void wxg_ct_teardown(wxg_ct_t *t)
+{
+    for (int i = 0; i < WXG_CT_MAX_REPLICAS; i++) {
+        if (t->pids[i] > 0)
+            wxg_ct_signal(t, i, SIGKILL, 10000);
+    }
+    if (getenv("WXG_TEST_KEEP")) {
+        print_message("kept %s\n", t->dir);
+    } else if (t->dir) {
+        wxg_test_rmtree(t->dir);
+    }
+    free(t->dir);
+    free(t->topic);
+    free(t->dlq);
+    free(t->group);
+    memset(t, 0, sizeof *t);
+}
+
+/* 1 when `extra` sets `key` itself (a line starting with "key ="). */
+static int extra_sets(const char *extra, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *l = extra; l && *l;) {
+        while (*l == ' ')
+            l++;
+        if (strncmp(l, key, kl) == 0 && (l[kl] == ' ' || l[kl] == '='))
+            return 1;
+        l = strchr(l, '\n');
+        if (l)
+            l++;
+    }
+    return 0;
+}
+
+void wxg_ct_write_config(wxg_ct_t *t, const char *extra)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", t->redis_port);
+    const char *defaults[][2] = {
+        {"kafka.bootstrap.servers", wxg_test_kafka_bootstrap()},
+        {"kafka.group.id", t->group},
+        {"kafka.broker.address.family", "v4"},
+        {"kafka.session.timeout.ms", "6000"},
+        {"kafka.heartbeat.interval.ms", "500"},
+        {"kafka.auto.offset.reset", "earliest"},
+        {"consumer.topics", t->topic},
+        {"dlq.topic", t->dlq},
+        {"redis.host", t->redis_host},
+        {"redis.port", port},
+        {"redis.key.prefix", t->prefix},
+        {"plugins", "record"},
+        {"plugin.record.path", t->ledger},
+        {"consumer.workers", "4"},
+        {"consumer.commit.interval.ms", "200ms"},
+        {"consumer.drain.timeout.ms", "10s"},
+        {"consumer.retry.backoff.initial.ms", "20ms"},
+        {"consumer.retry.backoff.max.ms", "200ms"},
+        {"log.level", "info"},
+    };
+    FILE *f = fopen(t->config, "w");
+    assert_non_null(f);
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+        if (!extra_sets(extra, defaults[i][0]))
+            fprintf(f, "%s = %s\n", defaults[i][0], defaults[i][1]);
+    }
+    if (extra)
+        fputs(extra, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+pid_t wxg_ct_spawn(wxg_ct_t *t, int idx)
+{
+    assert_true(idx >= 0 && idx < WXG_CT_MAX_REPLICAS);
+    const char *bin = getenv("WXG_BINARY_DIR");
+    assert_non_null(bin);
+    char path[512], logp[512];
+    snprintf(path, sizeof path, "%s/cmd/wxguard-consumer/wxguard-consumer", bin);
+    snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execl(path, path, "--config", t->config, (char *)NULL);
+        _exit(127);
+    }
+    t->pids[idx] = pid;
+    return pid;
+}
+
+int wxg_ct_alive(wxg_ct_t *t, int idx)
+{
+    if (t->pids[idx] <= 0)
+        return 0;
+    int st;
+    pid_t r = waitpid(t->pids[idx], &st, WNOHANG);
+    if (r == t->pids[idx]) {
+        t->pids[idx] = 0;
+        return 0;
+    }
+    return 1;
+}
+
+int wxg_ct_signal(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms)
+{
+    pid_t pid = t->pids[idx];
+    if (pid <= 0)
+        return -1;
+    kill(pid, sig);
+    if (sig != SIGTERM && sig != SIGKILL && sig != SIGINT)
+        return 0;
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) {
+            t->pids[idx] = 0;
+            return st;
+        }
+        if (wxg_test_now_ms() >= deadline)
+            return -1;
+        wxg_test_sleep_ms(20);
+    }
+}
+
+static char *msg_json(uint64_t id, int conv)
+{
+    char *s = malloc(512);
+    assert_non_null(s);
+    snprintf(s, 512,
+             "{\"account\":\"" ACCOUNT
+             "\",\"msg_id\":\"%llu\",\"conversation\":\"conv%04d@chatroom\","
+             "\"sender\":\"wxid_sender%04d\",\"create_time\":1700000000,\"type\":\"text\","
+             "\"is_group\":true,\"content\":\"message %llu in conversation %d\"}",
+             (unsigned long long)id, conv, conv, (unsigned long long)id, conv);
+    return s;
+}
+
+void wxg_ct_produce(wxg_ct_t *t, const wxg_ct_msg_t *msgs, size_t n)
+{
+    wxg_test_kafka_record_t *recs = calloc(n ? n : 1, sizeof *recs);
+    char **vals = calloc(n ? n : 1, sizeof *vals);
+    char **keys = calloc(n ? n : 1, sizeof *keys);
+    assert_true(recs && vals && keys);
+    for (size_t i = 0; i < n; i++) {
+        vals[i] = msg_json(msgs[i].id, msgs[i].conv);
+        keys[i] = malloc(64);
+        assert_non_null(keys[i]);
+        snprintf(keys[i], 64, ACCOUNT ":conv%04d", msgs[i].conv);
+        recs[i] = (wxg_test_kafka_record_t){.partition = msgs[i].partition,
+                                            .key = keys[i],
+                                            .key_len = strlen(keys[i]),
+                                            .value = vals[i],
+                                            .value_len = strlen(vals[i])};
+        assert_true(msgs[i].partition >= 0 && msgs[i].partition < t->partitions);
+    }
+    wxg_test_kafka_produce(t->topic, recs, n);
+    for (size_t i = 0; i < n; i++) {
+        t->produced[msgs[i].partition]++;
+        free(vals[i]);
+        free(keys[i]);
+    }
+    free(recs);
+    free(vals);
+    free(keys);
+}
+
+void wxg_ct_produce_raw(wxg_ct_t *t, int32_t partition, const char *value)
+{
+    wxg_test_kafka_record_t r = {.partition = partition,
+                                 .key = "raw",
+                                 .key_len = 3,
+                                 .value = value,
+                                 .value_len = strlen(value)};
+    wxg_test_kafka_produce(t->topic, &r, 1);
+    t->produced[partition]++;
+}
+
+size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn)
+{
+    size_t n = 0, cap = 1024, bad = 0;
+    wxg_ct_effect_t *v = malloc(cap * sizeof *v);
+    assert_non_null(v);
+    FILE *f = fopen(t->ledger, "r");
+    char line[8192];
+    while (f && fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *id = j ? cJSON_GetObjectItemCaseSensitive(j, "msg_id") : NULL;
+        const cJSON *fence = j ? cJSON_GetObjectItemCaseSensitive(j, "fence") : NULL;
+        if (!j || !cJSON_IsString(id) || !cJSON_IsNumber(fence)) {
+            bad++;
+            cJSON_Delete(j);
+            continue;
+        }
+        if (n == cap) {
+            cap *= 2;
+            v = realloc(v, cap * sizeof *v);
+            assert_non_null(v);
+        }
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(j, "pid");
+        const cJSON *part = cJSON_GetObjectItemCaseSensitive(j, "partition");
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "offset");
+        v[n].id = strtoull(id->valuestring, NULL, 10);
+        v[n].fence = (uint64_t)fence->valuedouble;
+        v[n].pid = cJSON_IsNumber(pid) ? (long)pid->valuedouble : -1;
+        v[n].partition = cJSON_IsNumber(part) ? (int32_t)part->valuedouble : -1;
+        v[n].offset = cJSON_IsNumber(off) ? (int64_t)off->valuedouble : -1;
+        n++;
+        cJSON_Delete(j);
+    }
+    if (f)
+        fclose(f);
+    if (torn)
+        *torn = bad;
+    *out = v;
+    return n;
+}
+
+int64_t wxg_ct_committed(const wxg_ct_t *t, int32_t p)
+{
+    return wxg_test_kafka_committed(t->group, t->topic, p);
+}
+
+int wxg_ct_wait_all_committed(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg_ct_t *))
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    int64_t next_check = 0;
+    for (;;) {
+        int done = 1;
+        for (int p = 0; p < t->partitions && done; p++) {
+            if (wxg_ct_committed(t, p) != t->produced[p])
+                done = 0;
+        }
+        if (done)
+            return 1;
+        if (wxg_test_now_ms() >= deadline)
+            break;
+        for (int i = 0; i < WXG_CT_MAX_REPLICAS; i++) {
+            if (t->pids[i] > 0 && !wxg_ct_alive(t, i))
+                fail_msg("replica %d exited unexpectedly (see %s/replica-%d.log)", i, t->dir, i);
+        }
+        if (check && wxg_test_now_ms() >= next_check) {
+            check(t);
+            next_check = wxg_test_now_ms() + 1000;
+        }
+        wxg_test_sleep_ms(200);
+    }
+    for (int p = 0; p < t->partitions; p++)
+        print_message("partition %d: committed %lld of %lld\n", p,
+                      (long long)wxg_ct_committed(t, p), (long long)t->produced[p]);
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids)
+{
+    int64_t committed[WXG_CT_MAX_PARTS];
+    for (int p = 0; p < t->partitions; p++)
+        committed[p] = wxg_ct_committed(t, p);
+    /* Effects are written before the offset passes them, so the ledger read after the sample
+     * must hold every message below the sampled offsets. */
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(t, &eff, NULL);
+    uint64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = eff[i].id;
+    qsort(ids, n, sizeof *ids, cmp_u64);
+    for (int p = 0; p < t->partitions; p++) {
+        assert_true(committed[p] <= t->produced[p]);
+        for (int64_t o = 0; o < committed[p]; o++) {
+            uint64_t id = offset_ids[p][o];
+            if (id == 0)
+                continue;
+            if (!bsearch(&id, ids, n, sizeof *ids, cmp_u64))
+                fail_msg("partition %d committed %lld, but message %llu at offset %lld has no "
+                         "effect",
+                         p, (long long)committed[p], (unsigned long long)id, (long long)o);
+        }
+    }
+    free(ids);
+    free(eff);
+}
+
+int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
+{
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
+    FILE *f = fopen(logp, "r");
+    if (!f)
+        return 0;
+    char line[16384];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, needle))
+            n++;
+    }
+    fclose(f);
+    return n;
+}

@@ -1,0 +1,95 @@
+/*
+ * Test support for end-to-end tests of wxguard-consumer: a private topic, group, dead-letter
+ * topic and Redis key prefix per test; consumer replicas spawned as child processes (stopped by
+ * PID); callback records in the generic format; the record plugin's ledger read back; committed
+ * offsets sampled from the broker.
+ *
+ * Every function fails the current cmocka test on error. Call from the test's main thread.
+ */
+#ifndef WXG_CONSUMERTEST_H
+#define WXG_CONSUMERTEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WXG_CT_MAX_PARTS    16
+#define WXG_CT_MAX_REPLICAS 8
+
+typedef struct wxg_ct {
+    char *dir;   /* temp dir: config, ledger, logs */
+    char *topic; /* fresh topic */
+    char *dlq;   /* fresh dead-letter topic */
+    char *group; /* fresh consumer group */
+    char prefix[64];
+    char ledger[512];
+    char config[512];
+    int partitions;
+    const char *redis_host;
+    int redis_port;
+    int64_t produced[WXG_CT_MAX_PARTS]; /* records produced per partition (the end offsets) */
+    pid_t pids[WXG_CT_MAX_REPLICAS];
+} wxg_ct_t;
+
+/* Creates the topics (partitions, and 1 for the DLQ) and the temp dir. */
+void wxg_ct_setup(wxg_ct_t *t, const char *tag, int partitions);
+
+/* Stops every replica still running (SIGKILL), removes the temp dir, frees the names. */
+void wxg_ct_teardown(wxg_ct_t *t);
+
+/* Writes the config file: servers, topics, group, prefix, `plugins = record` with the ledger,
+ * then `extra` (more "key = value" lines, may override; may be NULL). */
+void wxg_ct_write_config(wxg_ct_t *t, const char *extra);
+
+/* Starts replica `idx` (stdout/stderr to <dir>/replica-<idx>.log). Returns its PID. */
+pid_t wxg_ct_spawn(wxg_ct_t *t, int idx);
+
+/* Sends `sig` to replica idx and, for SIGTERM/SIGKILL, waits for it to exit (bounded). Returns
+ * its exit status as from waitpid (or -1 when it did not exit in time). */
+int wxg_ct_signal(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms);
+
+/* 1 when replica idx is still running. */
+int wxg_ct_alive(wxg_ct_t *t, int idx);
+
+/* One callback to produce: message id `id` (decimal digits) of conversation `conv`. */
+typedef struct wxg_ct_msg {
+    int32_t partition;
+    uint64_t id;
+    int conv;
+} wxg_ct_msg_t;
+
+/* Produces the messages (generic format, account "wxid_ctbot0001") in order and counts them in
+ * t->produced. `raw` records (may be NULL) are produced as they are instead, for poison input. */
+void wxg_ct_produce(wxg_ct_t *t, const wxg_ct_msg_t *msgs, size_t n);
+void wxg_ct_produce_raw(wxg_ct_t *t, int32_t partition, const char *value);
+
+/* The ledger: per message id, how many effect lines, and for each the fence and pid. */
+typedef struct wxg_ct_effect {
+    uint64_t id;
+    uint64_t fence;
+    long pid;
+    int32_t partition;
+    int64_t offset;
+} wxg_ct_effect_t;
+
+/* Reads the ledger; returns the number of lines parsed into *out (caller frees). Lines that are
+ * not JSON (a torn write) are skipped and counted in *torn (may be NULL). */
+size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn);
+
+/* Committed offset of partition p for the test's group (-1001 when none). */
+int64_t wxg_ct_committed(const wxg_ct_t *t, int32_t p);
+
+/* Waits until every partition's committed offset equals t->produced[p]. Returns 1 on success,
+ * 0 after timeout_ms (scaled). While waiting, calls check (may be NULL) about once a second. */
+int wxg_ct_wait_all_committed(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg_ct_t *));
+
+/* Asserts that a committed offset never passed a message without its effect: for every
+ * partition, every produced message below the committed offset sampled now has a ledger
+ * line. `offset_ids[p][o]` gives the message id at offset o of partition p (0 = not a message
+ * with an id, e.g. poison). */
+void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids);
+
+/* Counts lines of replica idx's log containing `needle`. */
+int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle);
+
+#endif /* WXG_CONSUMERTEST_H */
