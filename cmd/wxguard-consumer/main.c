@@ -65,13 +65,11 @@ static void usage(FILE *out)
 /* The librdkafka properties a producer shares with the consumer (addresses and security). */
 static int producer_prop_wanted(const char *name)
 {
-    static const char *const exact[] = {"bootstrap.servers",
-                                        "security.protocol",
-                                        "client.id",
-                                        "broker.address.family",
-                                        "message.timeout.ms",
-                                        "socket.timeout.ms",
-                                        "enable.ssl.certificate.verification"};
+    static const char *const exact[] = {
+        "bootstrap.servers",     "metadata.broker.list",
+        "security.protocol",     "client.id",
+        "broker.address.family", "message.timeout.ms",
+        "socket.timeout.ms",     "enable.ssl.certificate.verification"};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
         if (strcmp(name, exact[i]) == 0)
             return 1;
