@@ -246,7 +246,7 @@ kafka_ready() {
 }
 
 start_kafka() {
-  local dir=$1 envf=$2 kdir kmark logf attempt port cport pid t0 deadline jvm
+  local dir=$1 envf=$2 kdir kmark logf attempt port cport pid t0 t1 deadline jvm
   command -v java >/dev/null || die "java not found: run scripts/setup.sh"
   command -v kcat >/dev/null || die "kcat not found: run scripts/setup.sh"
   if ! compgen -G "$kafka_libs/kafka_2.13-*.jar" >/dev/null; then
@@ -276,6 +276,7 @@ start_kafka() {
       show_log_tail "Kafka storage format" "$dir/kafka-format.log"
       die "formatting the Kafka data directory failed"
     fi
+    t1=$(now_ms)
     : >"$logf"
     setsid java "${jvm[@]}" -cp "$kafka_libs/*" kafka.Kafka "$kdir/server.properties" \
       </dev/null >>"$logf" 2>&1 &
@@ -291,8 +292,8 @@ start_kafka() {
         env_add "$envf" WXG_SERVICES_KAFKA_LOG "$logf"
         env_add "$envf" WXG_SERVICES_KAFKA_CONTROLLER_PORT "$cport"
         env_add "$envf" WXG_TEST_KAFKA_BOOTSTRAP "127.0.0.1:$port"
-        log "Kafka broker ready on 127.0.0.1:$port (pid $pid, controller port $cport," \
-          "$(($(now_ms) - t0)) ms after format began)"
+        log "Kafka broker ready on 127.0.0.1:$port (pid $pid, controller port $cport;" \
+          "format $((t1 - t0)) ms, start $(($(now_ms) - t1)) ms)"
         return 0
       fi
       sleep 0.25
