@@ -1,0 +1,434 @@
+#!/usr/bin/env bash
+# Starts and stops the real servers that the integration tests and the local demo talk to:
+# one redis-server and one single-node Apache Kafka broker (KRaft, broker and controller in one
+# JVM), both on free 127.0.0.1 ports, with fresh data directories under DIR.
+#
+#   scripts/services.sh start DIR [--only redis|kafka]
+#   scripts/services.sh stop DIR
+#   scripts/services.sh status DIR
+#
+# `start` waits until each server answers (Redis: PING; Kafka: a metadata round trip that lists
+# one broker) and then writes DIR/services.env, KEY=VALUE lines that the tests read:
+#   WXG_TEST_REDIS_HOST, WXG_TEST_REDIS_PORT, WXG_TEST_KAFKA_BOOTSTRAP,
+#   WXG_SERVICES_{REDIS,KAFKA}_{PID,LOG,DATA} and WXG_SERVICES_KAFKA_CONTROLLER_PORT.
+# Values never contain spaces unless DIR does, so a shell can `. DIR/services.env` it.
+# The servers run detached (own session, stdin from /dev/null, output to DIR/*.log), so the
+# caller, e.g. ctest, does not wait for them. `stop` ends exactly the processes recorded in the
+# env file (SIGTERM, then SIGKILL after a bound), removes their data and keeps the logs.
+#
+# Environment:
+#   WXG_CACHE_DIR           where scripts/setup.sh put the Kafka jars (default: <repo>/.cache)
+#   WXG_TEST_TIMEOUT_SCALE  integer factor for every wait (default 1)
+#   WXG_KAFKA_HEAP          maximum broker heap (default 512m)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cache_dir=${WXG_CACHE_DIR:-$repo/.cache}
+kafka_libs=$cache_dir/kafka-libs
+scale=${WXG_TEST_TIMEOUT_SCALE:-1}
+[[ $scale =~ ^[1-9][0-9]*$ ]] || scale=1
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+usage() {
+  cat >&2 <<'EOF'
+usage: services.sh start DIR [--only redis|kafka]
+       services.sh stop DIR
+       services.sh status DIR
+EOF
+  exit 2
+}
+
+now_ms() { date +%s%3N; }
+
+# A TCP port on 127.0.0.1 that nothing listens on right now, below the kernel's ephemeral range
+# so that outgoing connections do not take it in the meantime. The caller still copes with
+# losing a race (the server then fails to bind and is started again on other ports).
+pick_port() {
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((20000 + RANDOM % 12000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      printf '%s\n' "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# The value of KEY in the env file, or empty.
+env_get() {
+  local file=$1 key=$2 k v
+  [[ -f $file ]] || return 0
+  while IFS='=' read -r k v; do
+    if [[ $k == "$key" ]]; then
+      printf '%s\n' "$v"
+      return 0
+    fi
+  done <"$file"
+}
+
+env_add() { printf '%s=%s\n' "$2" "$3" >>"$1"; }
+
+# True while PID is a live (not zombie) process whose command line contains MARK and, when
+# CWD is given, whose working directory is CWD. Both guard against signalling an unrelated
+# process that reused a recorded PID.
+is_ours() {
+  local pid=$1 mark=$2 cwd=${3:-} state cmd
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ -r /proc/$pid/stat ]] || return 1
+  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ $state != Z && $state != X ]] || return 1
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"$mark"* ]] || return 1
+  [[ -z $cwd || $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$cwd" ]]
+}
+
+# Ends one recorded process: SIGTERM, wait up to `grace` seconds, then SIGKILL.
+end_process() {
+  local name=$1 pid=$2 mark=$3 grace=$4 cwd=${5:-} deadline
+  if ! is_ours "$pid" "$mark" "$cwd"; then
+    return 0
+  fi
+  log "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$(($(now_ms) + grace * 1000))
+  while is_ours "$pid" "$mark" "$cwd" && (($(now_ms) < deadline)); do
+    sleep 0.1
+  done
+  if is_ours "$pid" "$mark" "$cwd"; then
+    log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    deadline=$(($(now_ms) + 10000))
+    while is_ours "$pid" "$mark" "$cwd" && (($(now_ms) < deadline)); do
+      sleep 0.1
+    done
+  fi
+  if is_ours "$pid" "$mark" "$cwd"; then
+    log "warning: $name (pid $pid) is still running"
+    return 1
+  fi
+}
+
+show_log_tail() {
+  local name=$1 file=$2
+  [[ -f $file ]] || return 0
+  log "last lines of the $name log ($file):"
+  tail -n 40 "$file" >&2 || true
+}
+
+# --- redis -----------------------------------------------------------------------------------
+
+redis_ping() {
+  local reply
+  reply=$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) || return 1
+  [[ $reply == PONG ]]
+}
+
+start_redis() {
+  local dir=$1 envf=$2 attempt port pid data logf deadline
+  command -v redis-server >/dev/null || die "redis-server not found: run scripts/setup.sh"
+  data=$dir/redis-data
+  logf=$dir/redis.log
+  rm -rf "$data"
+  mkdir -p "$data"
+  : >"$logf"
+  for attempt in 1 2 3; do
+    port=$(pick_port) || die "no free port for redis-server"
+    setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$data" --save '' \
+      --appendonly no --daemonize no </dev/null >>"$logf" 2>&1 &
+    pid=$!
+    env_add "$envf" WXG_SERVICES_REDIS_PID "$pid"
+    deadline=$(($(now_ms) + 20000 * scale))
+    while (($(now_ms) < deadline)); do
+      if ! is_ours "$pid" redis-server; then
+        break
+      fi
+      if redis_ping "$port"; then
+        env_add "$envf" WXG_SERVICES_REDIS_DATA "$data"
+        env_add "$envf" WXG_SERVICES_REDIS_LOG "$logf"
+        env_add "$envf" WXG_TEST_REDIS_HOST 127.0.0.1
+        env_add "$envf" WXG_TEST_REDIS_PORT "$port"
+        log "redis-server ready on 127.0.0.1:$port (pid $pid)"
+        return 0
+      fi
+      sleep 0.05
+    done
+    end_process redis-server "$pid" redis-server 5 || true
+    if grep -q 'Address already in use' "$logf" 2>/dev/null; then
+      log "port $port was taken meanwhile; trying another (attempt $attempt)"
+      continue
+    fi
+    break
+  done
+  show_log_tail redis-server "$logf"
+  die "redis-server did not become ready"
+}
+
+# --- kafka -----------------------------------------------------------------------------------
+
+write_kafka_config() {
+  local kdir=$1 port=$2 cport=$3
+  cat >"$kdir/server.properties" <<EOF
+# Single-node KRaft broker for tests: broker and controller in one JVM, static quorum.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$kdir/data
+# One node: internal topics must not ask for three replicas.
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+default.replication.factor=1
+# Fast tests: no initial rebalance delay, one partition for internal topics, short sessions.
+group.initial.rebalance.delay.ms=0
+offsets.topic.num.partitions=1
+transaction.state.log.num.partitions=1
+num.partitions=1
+auto.create.topics.enable=true
+group.min.session.timeout.ms=1000
+# Small footprint on a 2-core machine; the cleaner's dedupe buffer lives on the heap.
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.recovery.threads.per.data.dir=1
+log.cleaner.dedupe.buffer.size=16777216
+EOF
+  cat >"$kdir/log4j2.properties" <<'EOF'
+status = warn
+name = wxguard-test-broker
+appender.stderr.type = Console
+appender.stderr.name = STDERR
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stderr.ref = STDERR
+logger.kafka.name = kafka
+logger.kafka.level = warn
+logger.oak.name = org.apache.kafka
+logger.oak.level = warn
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = info
+logger.state.name = state.change.logger
+logger.state.level = warn
+EOF
+}
+
+# A random cluster id: 16 random bytes in unpadded base64url, as Kafka's Uuid writes them.
+cluster_id() {
+  local id
+  while :; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    [[ $id != -* ]] && break
+  done
+  printf '%s\n' "$id"
+}
+
+# What the broker's command line contains: its main class and its own configuration file.
+kafka_mark() { printf 'kafka.Kafka %s/kafka/server.properties\n' "$1"; }
+
+kafka_ready() {
+  local out
+  out=$(timeout 10 kcat -L -b "127.0.0.1:$1" -m 2 -X broker.address.family=v4 2>/dev/null) ||
+    return 1
+  [[ $out == *" 1 brokers:"* ]]
+}
+
+start_kafka() {
+  local dir=$1 envf=$2 kdir kmark logf attempt port cport pid t0 t1 deadline jvm
+  command -v java >/dev/null || die "java not found: run scripts/setup.sh"
+  command -v kcat >/dev/null || die "kcat not found: run scripts/setup.sh"
+  if ! compgen -G "$kafka_libs/kafka_2.13-*.jar" >/dev/null; then
+    die "no Kafka jars in $kafka_libs: run scripts/setup.sh (or set WXG_CACHE_DIR)"
+  fi
+  kdir=$dir/kafka
+  logf=$dir/kafka.log
+  kmark=$(kafka_mark "$dir")
+  # -XX:TieredStopAtLevel=1 and SerialGC cut start-up work and footprint (fine for tests, not
+  # for benchmarks); -XX:-UsePerfData keeps the JVM from writing to /tmp.
+  jvm=(-Xms64m "-Xmx${WXG_KAFKA_HEAP:-512m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+    -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$kdir/log4j2.properties" "-Djava.io.tmpdir=$kdir/tmp")
+  for attempt in 1 2 3; do
+    rm -rf "$kdir"
+    mkdir -p "$kdir/data" "$kdir/tmp"
+    port=$(pick_port) || die "no free port for Kafka"
+    cport=$(pick_port) || die "no free port for the Kafka controller"
+    [[ $port != "$cport" ]] || continue
+    write_kafka_config "$kdir" "$port" "$cport"
+    t0=$(now_ms)
+    # A fresh directory is formatted once with a new cluster id (static quorum: no --standalone).
+    if ! java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData \
+      "-Dlog4j2.configurationFile=$kdir/log4j2.properties" -cp "$kafka_libs/*" \
+      kafka.tools.StorageTool format "--cluster-id=$(cluster_id)" \
+      --config "$kdir/server.properties" </dev/null >"$dir/kafka-format.log" 2>&1; then
+      show_log_tail "Kafka storage format" "$dir/kafka-format.log"
+      die "formatting the Kafka data directory failed"
+    fi
+    t1=$(now_ms)
+    : >"$logf"
+    setsid java "${jvm[@]}" -cp "$kafka_libs/*" kafka.Kafka "$kdir/server.properties" \
+      </dev/null >>"$logf" 2>&1 &
+    pid=$!
+    env_add "$envf" WXG_SERVICES_KAFKA_PID "$pid"
+    env_add "$envf" WXG_SERVICES_KAFKA_DATA "$kdir"
+    deadline=$(($(now_ms) + 90000 * scale))
+    while (($(now_ms) < deadline)); do
+      if ! is_ours "$pid" "$kmark"; then
+        break
+      fi
+      if kafka_ready "$port"; then
+        env_add "$envf" WXG_SERVICES_KAFKA_LOG "$logf"
+        env_add "$envf" WXG_SERVICES_KAFKA_CONTROLLER_PORT "$cport"
+        env_add "$envf" WXG_TEST_KAFKA_BOOTSTRAP "127.0.0.1:$port"
+        log "Kafka broker ready on 127.0.0.1:$port (pid $pid, controller port $cport;" \
+          "format $((t1 - t0)) ms, start $(($(now_ms) - t1)) ms)"
+        return 0
+      fi
+      sleep 0.25
+    done
+    end_process "Kafka broker" "$pid" "$kmark" 20 || true
+    if grep -q 'Address already in use' "$logf" 2>/dev/null; then
+      log "a port was taken meanwhile; trying other ports (attempt $attempt)"
+      continue
+    fi
+    break
+  done
+  show_log_tail "Kafka broker" "$logf"
+  die "the Kafka broker did not become ready within $((90 * scale)) s"
+}
+
+# --- commands --------------------------------------------------------------------------------
+
+cmd_stop() {
+  local dir=$1 rc=0 pid data
+  local envf=$dir/services.env
+  if [[ ! -f $envf ]]; then
+    log "nothing recorded in $dir; nothing to stop"
+    return 0
+  fi
+  # Kafka first: its shutdown is the slow part, and nothing in it depends on Redis.
+  while read -r pid; do
+    end_process "Kafka broker" "$pid" "$(kafka_mark "$dir")" 30 || rc=1
+  done < <(grep '^WXG_SERVICES_KAFKA_PID=' "$envf" | cut -d= -f2-)
+  while read -r pid; do
+    end_process redis-server "$pid" redis-server 10 "$dir/redis-data" || rc=1
+  done < <(grep '^WXG_SERVICES_REDIS_PID=' "$envf" | cut -d= -f2-)
+  if ((rc == 0)); then
+    for data in "$dir/kafka" "$dir/redis-data"; do
+      rm -rf "$data"
+    done
+    rm -f "$envf"
+    log "stopped; logs kept in $dir"
+  else
+    log "some processes did not stop; $envf kept so that stop can be run again"
+  fi
+  return "$rc"
+}
+
+started_dir=
+start_done=0
+on_start_exit() {
+  local rc=$?
+  if ((start_done == 0)) && [[ -n $started_dir ]]; then
+    log "start failed or was interrupted; stopping what it started"
+    cmd_stop "$started_dir" || true
+  fi
+  exit "$rc"
+}
+
+cmd_start() {
+  local dir=$1 only=$2 envf=$1/services.env
+  # Servers left behind by an interrupted earlier run are stopped first: every run starts clean.
+  if [[ -f $envf ]]; then
+    log "found $envf from an earlier run; stopping what it recorded"
+    cmd_stop "$dir" || die "could not stop the servers of an earlier run"
+  fi
+  # The env file grows as processes start, so that an interrupted or failed start can still be
+  # cleaned up by `stop`; the trap does that here. Read it only after `start` returned.
+  printf '# written by scripts/services.sh start; removed by stop\n' >"$envf"
+  started_dir=$dir
+  trap on_start_exit EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  env_add "$envf" WXG_SERVICES_DIR "$dir"
+  if [[ $only != kafka ]]; then
+    start_redis "$dir" "$envf"
+  fi
+  if [[ $only != redis ]]; then
+    start_kafka "$dir" "$envf"
+  fi
+  start_done=1
+  log "addresses written to $envf"
+}
+
+cmd_status() {
+  local dir=$1 envf=$1/services.env pid rc=0
+  [[ -f $envf ]] || {
+    log "not started ($envf missing)"
+    return 1
+  }
+  pid=$(env_get "$envf" WXG_SERVICES_REDIS_PID)
+  if [[ -n $pid ]]; then
+    if is_ours "$pid" redis-server "$dir/redis-data"; then
+      log "redis-server pid $pid on port $(env_get "$envf" WXG_TEST_REDIS_PORT): running"
+    else
+      log "redis-server pid $pid: not running"
+      rc=1
+    fi
+  fi
+  pid=$(env_get "$envf" WXG_SERVICES_KAFKA_PID)
+  if [[ -n $pid ]]; then
+    if is_ours "$pid" "$(kafka_mark "$dir")"; then
+      log "Kafka pid $pid at $(env_get "$envf" WXG_TEST_KAFKA_BOOTSTRAP): running"
+    else
+      log "Kafka pid $pid: not running"
+      rc=1
+    fi
+  fi
+  return "$rc"
+}
+
+main() {
+  (($# >= 2)) || usage
+  local cmd=$1 dir=$2 only=all
+  shift 2
+  while (($#)); do
+    case $1 in
+    --only)
+      (($# >= 2)) || usage
+      only=$2
+      shift 2
+      ;;
+    *) usage ;;
+    esac
+  done
+  [[ $only == all || $only == redis || $only == kafka ]] || usage
+  if [[ $cmd == start ]]; then
+    mkdir -p "$dir"
+  fi
+  if [[ -d $dir ]]; then
+    dir=$(cd "$dir" && pwd)
+  fi
+  case $cmd in
+  start) cmd_start "$dir" "$only" ;;
+  stop) cmd_stop "$dir" ;;
+  status) cmd_status "$dir" ;;
+  *) usage ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Runs every test of wxguard on this machine, from a fresh Debian 12 install if need be:
+#
+#   setup     scripts/setup.sh (Debian packages, Kafka broker jars; seconds when done before)
+#   build     configure and build build/ (Ninja, -DWXG_WERROR=ON, valgrind tests registered)
+#   format    the format-check target (clang-format)
+#   test      every test in build/ except the valgrind ones: unit, lint and integration; the
+#             integration tests run against a real redis-server and Kafka broker that the
+#             "services" CTest fixture starts once and stops at the end
+#   valgrind  every unit test under valgrind memcheck (0 errors, no definite/indirect leaks)
+#   asan      build-asan/ (ASan+UBSan) and the whole suite again
+#   tsan      build-tsan/ (TSan) and the tests labelled tsan
+#
+# Usage: scripts/test.sh [--quick] [--skip PHASE[,PHASE...]]
+#   --quick   skip valgrind, asan and tsan (a fast local check)
+#   --skip    skip the named phases; WXG_TEST_SKIP="asan tsan" does the same
+# Environment: WXG_JOBS (parallel jobs, default: the number of cores), WXG_TEST_TIMEOUT_SCALE
+# (integer factor for every timeout, default 1; sanitizer phases use three times it).
+#
+# Exits non-zero when any phase fails. Servers started for the tests are stopped on exit, also
+# when the run is interrupted.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cd "$repo"
+
+jobs=${WXG_JOBS:-$(nproc 2>/dev/null || echo 2)}
+scale=${WXG_TEST_TIMEOUT_SCALE:-1}
+[[ $scale =~ ^[1-9][0-9]*$ ]] || scale=1
+skip=" ${WXG_TEST_SKIP:-} "
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+
+while (($#)); do
+  case $1 in
+  --quick) skip+=" valgrind asan tsan " ;;
+  --skip)
+    (($# >= 2)) || usage
+    skip+=" ${2//,/ } "
+    shift
+    ;;
+  -h | --help) usage ;;
+  *) usage ;;
+  esac
+  shift
+done
+
+say() { printf '\n==== %s\n' "$*"; }
+
+# --- bookkeeping: phase timings, test counts, cleanup -------------------------------------
+
+declare -a phase_names=() phase_secs=()
+current_phase=
+phase_t0=0
+child=
+total_tests=0
+total_failed=0
+t_start=$(date +%s)
+
+summary() {
+  local i
+  printf '\n==== timings\n'
+  for i in "${!phase_names[@]}"; do
+    printf '  %-10s %5d s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
+  done
+  if [[ -n $current_phase ]]; then
+    printf '  %-10s %5d s (did not finish)\n' "$current_phase" "$(($(date +%s) - phase_t0))"
+  fi
+  printf '  %-10s %5d s\n' total "$(($(date +%s) - t_start))"
+}
+
+stop_services() {
+  local d
+  for d in build build-asan build-tsan; do
+    if [[ -f $repo/$d/test-services/services.env ]]; then
+      "$here/services.sh" stop "$repo/$d/test-services" || true
+    fi
+  done
+}
+
+on_exit() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -n $child ]] && kill -0 "$child" 2>/dev/null; then
+    kill -TERM "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
+  stop_services
+  summary
+  if ((rc != 0)); then
+    printf '\nFAILED in phase %s (exit status %d)\n' "${current_phase:-?}" "$rc"
+  else
+    printf '\nall phases passed\n'
+  fi
+  # The plain closing line: counts over every ctest run of this script.
+  printf 'tests: %d passed, %d failed\n' "$((total_tests - total_failed))" "$total_failed"
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Runs a command as a child the signal traps can end, so that an interrupt does not wait for a
+# long ctest run to finish before the servers are stopped.
+run() {
+  local rc=0
+  "$@" &
+  child=$!
+  wait "$child" || rc=$?
+  child=
+  return "$rc"
+}
+
+skipped() { [[ $skip == *" $1 "* ]]; }
+
+phase() {
+  local name=$1
+  shift
+  if skipped "$name"; then
+    say "$name: skipped"
+    return 0
+  fi
+  current_phase=$name
+  say "$name"
+  phase_t0=$(date +%s)
+  "$@"
+  phase_names+=("$name")
+  phase_secs+=("$(($(date +%s) - phase_t0))")
+  current_phase=
+}
+
+# Adds the counts of a ctest JUnit report to the totals.
+count_junit() {
+  local file=$1 tests failures
+  [[ -f $file ]] || return 0
+  read -r tests failures < <(python3 -c '
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+print(int(r.get("tests", 0)), int(r.get("failures", 0)))' "$file" || echo "0 0")
+  total_tests=$((total_tests + tests))
+  total_failed=$((total_failed + failures))
+}
+
+# ctest in build dir $1 with extra arguments; counts results even when tests fail.
+run_ctest() {
+  local dir=$1 report rc=0
+  shift
+  report=$repo/$dir/ctest-$current_phase.xml
+  rm -f "$report"
+  run ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" \
+    --output-junit "$report" "$@" || rc=$?
+  count_junit "$report"
+  return "$rc"
+}
+
+configure_and_build() {
+  local dir=$1 tscale=$2
+  shift 2
+  WXG_TEST_TIMEOUT_SCALE=$tscale run cmake -S . -B "$dir" -G Ninja -DWXG_WERROR=ON "$@"
+  run cmake --build "$dir" --parallel "$jobs"
+}
+
+# --- phases -----------------------------------------------------------------------------------
+
+do_setup() { run "$here/setup.sh"; }
+
+do_build() { configure_and_build build "$scale" -DWXG_MEMCHECK=ON; }
+
+do_format() { run cmake --build build --target format-check; }
+
+do_test() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -LE memcheck; }
+
+do_valgrind() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L memcheck; }
+
+do_asan() {
+  configure_and_build build-asan "$((scale * 3))" -DWXG_SANITIZE=address
+  # The sanitizer options are part of each test's environment (tests/CMakeLists.txt).
+  WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-asan -LE lint
+}
+
+do_tsan() {
+  configure_and_build build-tsan "$((scale * 3))" -DWXG_SANITIZE=thread
+  WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-tsan -L tsan
+}
+
+phase setup do_setup
+if skipped build; then
+  echo "the build phase cannot be skipped" >&2
+  exit 2
+fi
+phase build do_build
+phase format do_format
+phase test do_test
+phase valgrind do_valgrind
+phase asan do_asan
+phase tsan do_tsan
