@@ -55,6 +55,7 @@ say() { printf '\n==== %s\n' "$*"; }
 
 declare -a phase_names=() phase_secs=()
 current_phase=
+phase_t0=0
 child=
 total_tests=0
 total_failed=0
@@ -66,6 +67,9 @@ summary() {
   for i in "${!phase_names[@]}"; do
     printf '  %-10s %5d s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
   done
+  if [[ -n $current_phase ]]; then
+    printf '  %-10s %5d s (did not finish)\n' "$current_phase" "$(($(date +%s) - phase_t0))"
+  fi
   printf '  %-10s %5d s\n' total "$(($(date +%s) - t_start))"
 }
 
@@ -103,16 +107,18 @@ trap 'exit 143' TERM
 # Runs a command as a child the signal traps can end, so that an interrupt does not wait for a
 # long ctest run to finish before the servers are stopped.
 run() {
+  local rc=0
   "$@" &
   child=$!
-  wait "$child"
+  wait "$child" || rc=$?
   child=
+  return "$rc"
 }
 
 skipped() { [[ $skip == *" $1 "* ]]; }
 
 phase() {
-  local name=$1 t0
+  local name=$1
   shift
   if skipped "$name"; then
     say "$name: skipped"
@@ -120,10 +126,10 @@ phase() {
   fi
   current_phase=$name
   say "$name"
-  t0=$(date +%s)
+  phase_t0=$(date +%s)
   "$@"
   phase_names+=("$name")
-  phase_secs+=("$(($(date +%s) - t0))")
+  phase_secs+=("$(($(date +%s) - phase_t0))")
   current_phase=
 }
 
@@ -172,15 +178,13 @@ do_valgrind() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L memcheck; }
 
 do_asan() {
   configure_and_build build-asan "$((scale * 3))" -DWXG_SANITIZE=address
-  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-asan -LE lint
+  # The sanitizer options are part of each test's environment (tests/CMakeLists.txt).
+  WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-asan -LE lint
 }
 
 do_tsan() {
   configure_and_build build-tsan "$((scale * 3))" -DWXG_SANITIZE=thread
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-tsan -L tsan
+  WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-tsan -L tsan
 }
 
 phase setup do_setup
