@@ -786,11 +786,12 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
             v[i]->paused = want;
     }
-    wxg_log(
-        WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
-        WXG_LS("reason", c->stopping
-                             ? "shutdown"
-                             : (atomic_load(&c->pressure) || c->pending_head ? "pool" : "window")));
+    const char *why = !want                                          ? "drained"
+                      : c->stopping                                  ? "shutdown"
+                      : atomic_load(&c->pressure) || c->pending_head ? "pool"
+                                                                     : "window";
+    wxg_log(WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
+            WXG_LS("reason", why));
     rd_kafka_topic_partition_list_destroy(l);
     count_parts(c);
 }

@@ -1,0 +1,100 @@
+/* End to end: the pool is full (a small queue, a slow plugin) while replicas leave and join
+ * (cooperative-sticky, so the remaining replica is assigned more partitions while its pool is
+ * full). Partitions assigned while the pool is above its high watermark are paused at once;
+ * none stays paused for ever (every committed offset reaches the end); the poll thread never
+ * misses max.poll.interval.ms; each message has exactly one effect. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "consumertest.h"
+#include "testenv.h"
+
+#define PARTITIONS 4
+#define TOTAL      800
+#define ID_BASE    7301234570000000000ULL
+
+static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **state)
+{
+    (void)state;
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-full", PARTITIONS);
+    wxg_ct_write_config(&t, "plugins = fail,record\n"
+                            "plugin.fail.action = stall\n"
+                            "plugin.fail.stall.ms = 40\n"
+                            "plugin.fail.match.every = 1\n"
+                            "consumer.workers = 1\n"
+                            "consumer.queue.capacity = 8\n"
+                            "consumer.batch.max = 1\n"
+                            "consumer.drain.timeout.ms = 3s\n"
+                            "kafka.max.poll.interval.ms = 10000\n"
+                            "kafka.partition.assignment.strategy = cooperative-sticky\n");
+    static wxg_ct_msg_t msgs[TOTAL];
+    for (size_t i = 0; i < TOTAL; i++) {
+        int conv = (int)(i % 200);
+        msgs[i] = (wxg_ct_msg_t){.partition = conv % PARTITIONS, .id = ID_BASE + i, .conv = conv};
+    }
+    wxg_ct_spawn(&t, 0);
+    wxg_ct_spawn(&t, 1);
+    int64_t deadline = wxg_test_now_ms() + 60000 * wxg_test_scale();
+    while ((wxg_ct_log_count(&t, 0, "event=assigned partitions=2") == 0 ||
+            wxg_ct_log_count(&t, 1, "event=assigned partitions=2") == 0) &&
+           wxg_test_now_ms() < deadline)
+        wxg_test_sleep_ms(20);
+    wxg_ct_produce(&t, msgs, TOTAL);
+    while (wxg_ct_log_count(&t, 0, "event=pause ") == 0 && wxg_test_now_ms() < deadline)
+        wxg_test_sleep_ms(20);
+    assert_true(wxg_ct_log_count(&t, 0, "event=pause ") > 0);
+    /* Replica 1 leaves while replica 0's pool is full, so replica 0 takes its partitions over,
+     * and joins again. The pool is above its high watermark most of the time (one slow worker,
+     * a tiny queue); repeat until replica 0 has been handed partitions in that state, at most
+     * three times. */
+    int st;
+    for (int round = 0; round < 3; round++) {
+        int before = wxg_ct_log_count(&t, 0, "event=assigned partitions=2");
+        st = wxg_ct_signal(&t, 1, SIGTERM, 60000);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        while (wxg_ct_log_count(&t, 0, "event=assigned partitions=2") == before &&
+               wxg_test_now_ms() < deadline)
+            wxg_test_sleep_ms(20);
+        wxg_ct_spawn(&t, 1);
+        if (wxg_ct_log_count(&t, 0, "event=assigned partitions=2 protocol=COOPERATIVE paused=true"))
+            break;
+        wxg_test_sleep_ms(2000);
+    }
+    assert_true(wxg_ct_log_count(
+                    &t, 0, "event=assigned partitions=2 protocol=COOPERATIVE paused=true") > 0);
+
+    assert_true(wxg_ct_wait_all_committed(&t, 180000, NULL));
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(&t, &eff, NULL);
+    assert_int_equal(n, TOTAL);
+    unsigned char *seen = calloc(TOTAL, 1);
+    assert_non_null(seen);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(seen[eff[i].id - ID_BASE]++, 0);
+    free(seen);
+    free(eff);
+    for (int i = 0; i < 2; i++) {
+        st = wxg_ct_signal(&t, i, SIGTERM, 60000);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_int_equal(wxg_ct_log_count(&t, i, "MAX_POLL"), 0);
+        assert_int_equal(wxg_ct_log_count(&t, i, "maximum poll interval"), 0);
+    }
+    wxg_ct_teardown(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_full_pool_during_a_rebalance_pauses_and_always_resumes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,109 @@
+/* End to end: Redis stops answering (SIGSTOP) for five seconds in the middle of a run. While it
+ * is gone no committed offset passes a message whose effect is missing; when it answers again
+ * processing resumes, every committed offset reaches the end and each message has exactly one
+ * effect. Uses a private redis-server so that the shared one is never disturbed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "consumertest.h"
+#include "testenv.h"
+
+#define PARTITIONS 3
+#define TOTAL      1500
+#define ID_BASE    7301234569000000000ULL
+
+static uint64_t *offset_ids[PARTITIONS];
+
+static void check_invariant(wxg_ct_t *t)
+{
+    wxg_ct_check_commit_invariant(t, offset_ids);
+}
+
+static size_t ledger_lines(const wxg_ct_t *t)
+{
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(t, &eff, NULL);
+    free(eff);
+    return n;
+}
+
+static void redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes(void **state)
+{
+    (void)state;
+    wxg_test_redis_t redis;
+    assert_int_equal(wxg_test_redis_start(&redis, NULL), 0);
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-redis", PARTITIONS);
+    t.redis_host = "127.0.0.1";
+    t.redis_port = redis.port;
+    wxg_ct_write_config(&t, "plugins = fail,record\n"
+                            "plugin.fail.action = stall\n"
+                            "plugin.fail.stall.ms = 5\n"
+                            "plugin.fail.match.every = 1\n"
+                            "guard.lease.ms = 3s\n"
+                            "redis.command.timeout.ms = 500ms\n"
+                            "redis.connect.timeout.ms = 500ms\n");
+    static wxg_ct_msg_t msgs[TOTAL];
+    size_t count[PARTITIONS] = {0};
+    for (int p = 0; p < PARTITIONS; p++) {
+        offset_ids[p] = calloc(TOTAL, sizeof **offset_ids);
+        assert_non_null(offset_ids[p]);
+    }
+    for (size_t i = 0; i < TOTAL; i++) {
+        int conv = (int)(i * 7 % 90);
+        msgs[i] = (wxg_ct_msg_t){.partition = conv % PARTITIONS, .id = ID_BASE + i, .conv = conv};
+        offset_ids[msgs[i].partition][count[msgs[i].partition]++] = msgs[i].id;
+    }
+    wxg_ct_spawn(&t, 0);
+    wxg_ct_produce(&t, msgs, TOTAL);
+    int64_t deadline = wxg_test_now_ms() + 60000 * wxg_test_scale();
+    while (ledger_lines(&t) < 200 && wxg_test_now_ms() < deadline)
+        wxg_test_sleep_ms(20);
+
+    assert_int_equal(kill(redis.pid, SIGSTOP), 0);
+    int64_t until = wxg_test_now_ms() + 5000;
+    while (wxg_test_now_ms() < until) {
+        check_invariant(&t);
+        wxg_test_sleep_ms(250);
+    }
+    size_t during = ledger_lines(&t);
+    assert_int_equal(kill(redis.pid, SIGCONT), 0);
+    assert_true(during < TOTAL); /* the outage really held work back */
+
+    assert_true(wxg_ct_wait_all_committed(&t, 120000, check_invariant));
+    check_invariant(&t);
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(&t, &eff, NULL);
+    assert_int_equal(n, TOTAL);
+    unsigned char *seen = calloc(TOTAL, 1);
+    assert_non_null(seen);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(eff[i].id >= ID_BASE && eff[i].id < ID_BASE + TOTAL);
+        assert_int_equal(seen[eff[i].id - ID_BASE]++, 0);
+    }
+    free(seen);
+    free(eff);
+    int st = wxg_ct_signal(&t, 0, SIGTERM, 60000);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(wxg_ct_log_count(&t, 0, "event=guard_error") > 0);
+    for (int p = 0; p < PARTITIONS; p++)
+        free(offset_ids[p]);
+    wxg_ct_teardown(&t);
+    wxg_test_redis_stop(&redis);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
