@@ -50,6 +50,7 @@
 #define STORE_EVERY_MS       20
 #define PAUSE_EVERY_MS       10
 #define STATS_EVERY_MS       10000
+#define LAT_BUCKETS          128
 
 enum { PH_CLAIM = 0, PH_COMPLETE, PH_DLQ, PH_FAILMARK };
 enum { OUT_ACTIVE = 0, OUT_OK, OUT_RETRY, OUT_FAIL, OUT_LOST };
@@ -78,6 +79,7 @@ typedef struct job {
 
 struct rec {
     rd_kafka_message_t *rkm;
+    int64_t dispatched_us;
     wxg_batch_t *batch;
     cpart *part;
     wxg_offsets_ticket_t ticket;
@@ -104,6 +106,7 @@ typedef struct wstate {
     wxg_guard_t *g;
     wxg_plugin_thread_t *pt;
     unsigned seed;
+    uint64_t round_trips_seen;
     int64_t *out;
     job **claimv, **chainv, **completev, **retryv, **dlqv, **failv;
     wxg_guard_msg_t *msgs;
@@ -145,6 +148,9 @@ struct wxg_consumer_s {
         offsets_committed, commit_errors, stale_finishes, rebalances, revoke_timeouts;
     atomic_size_t assigned_n, paused_n, pending_n;
     atomic_int_fast64_t lag;
+    atomic_uint_fast64_t round_trips;
+    /* Dispatch-to-finished latency: bucket i counts records that took about 2^(i/4) us. */
+    atomic_uint_fast64_t latency[LAT_BUCKETS];
 };
 
 /* ---- small helpers ---- */
@@ -154,6 +160,41 @@ static int64_t mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void latency_observe(wxg_consumer_t *c, int64_t us)
+{
+    int i = 0;
+    /* Quarter steps of log2: about 19% resolution, plenty for p50/p99. */
+    for (double v = (double)(us > 1 ? us : 1); v >= 1.189207115 && i < LAT_BUCKETS - 1; i++)
+        v /= 1.189207115;
+    atomic_fetch_add(&c->latency[i], 1);
+}
+
+static int64_t latency_quantile(wxg_consumer_t *c, double q)
+{
+    uint64_t total = 0, counts[LAT_BUCKETS];
+    for (int i = 0; i < LAT_BUCKETS; i++) {
+        counts[i] = atomic_load(&c->latency[i]);
+        total += counts[i];
+    }
+    if (total == 0)
+        return 0;
+    uint64_t want = (uint64_t)(q * (double)total), seen = 0;
+    double v = 1;
+    for (int i = 0; i < LAT_BUCKETS; i++, v *= 1.189207115) {
+        seen += counts[i];
+        if (seen > want)
+            return (int64_t)v;
+    }
+    return (int64_t)v;
 }
 
 static int64_t wall_ms(void)
@@ -204,6 +245,8 @@ static void rec_release(wxg_consumer_t *c, rec *r)
     if (!atomic_load(&r->cancelled)) {
         if (wxg_offsets_finish(&r->ticket) == WXG_ESTATE)
             atomic_fetch_add(&c->stale_finishes, 1);
+        else
+            latency_observe(c, mono_us() - r->dispatched_us);
     }
     rec_free(r);
 }
@@ -624,6 +667,11 @@ static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n
             ws->failv[nfail++] = j;
     }
     mark_failed(ws, ws->failv, nfail);
+
+    wxg_guard_stats_t gs;
+    wxg_guard_get_stats(ws->g, &gs);
+    atomic_fetch_add(&c->round_trips, gs.round_trips - ws->round_trips_seen);
+    ws->round_trips_seen = gs.round_trips;
 }
 
 static void worker_cancelled(void *opaque, void *item)
@@ -1098,6 +1146,7 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         return;
     }
     r->rkm = m;
+    r->dispatched_us = mono_us();
     r->batch = batch;
     r->part = p;
     r->ticket = ticket;
@@ -1434,12 +1483,17 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->paused = atomic_load(&c->paused_n);
     out->in_flight = atomic_load(&c->pending_n);
     out->lag = atomic_load(&c->lag);
+    out->redis_round_trips = atomic_load(&c->round_trips);
+    out->latency_p50_us = latency_quantile(c, 0.50);
+    out->latency_p99_us = latency_quantile(c, 0.99);
     wxg_pool_t *pool = c->pool;
     if (pool) {
         wxg_pool_stats_t ps;
         wxg_pool_stats(pool, &ps);
         out->in_flight += ps.jobs;
         out->oldest_age_ms = ps.oldest_age_us / 1000;
+        out->batches = ps.batches;
+        out->batched_jobs = ps.batched_jobs;
     }
 }
 

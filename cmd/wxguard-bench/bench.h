@@ -9,6 +9,31 @@
 #include <stdint.h>
 
 int wxgb_guard_main(int argc, char **argv);
+int wxgb_e2e_main(int argc, char **argv);
+int wxgb_feed_main(int argc, char **argv);
+
+/* One callback record of a generated stream (bench_kafka.c). */
+typedef struct wxgb_rec {
+    int32_t partition;
+    uint64_t id;
+    int conv;
+    int format;      /* 0 wkteam, 1 GeWe, 2 generic */
+    const char *raw; /* when set, produced as is (poison input) */
+} wxgb_rec_t;
+
+/* Fills recs with n records over `partitions` (by conversation), a share `dup_ratio` of them
+ * copies of earlier ones; ids start at id_base; formats 1 = generic only, 3 = all three.
+ * Returns the number of unique messages. */
+int wxgb_make_stream(wxgb_rec_t *recs, size_t n, int partitions, double dup_ratio, int convs,
+                     uint64_t id_base, int formats, unsigned seed);
+int wxgb_create_topic(const char *bootstrap, const char *topic, int partitions);
+/* Produces the records (content padded to about `size` bytes) and waits for every report. */
+int wxgb_produce(const char *bootstrap, const char *topic, const wxgb_rec_t *recs, size_t n,
+                 size_t size);
+/* End offsets / committed offsets per partition; return their sum or -1. */
+int64_t wxgb_end_offsets(const char *bootstrap, const char *topic, int partitions, int64_t *ends);
+int64_t wxgb_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
+                       int64_t *out);
 
 /* Shared helpers (main.c). */
 int64_t wxgb_now_us(void);

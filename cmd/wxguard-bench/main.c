@@ -2,6 +2,8 @@
  * wxguard-bench: benchmark programs that print markdown tables.
  *
  *   wxguard-bench guard [options]   Redis cost of the idempotency guard vs a naive design
+ *   wxguard-bench e2e [options]     the consumer end to end vs a plain librdkafka consumer
+ *   wxguard-bench feed [options]    load generator for the demo and manual runs
  *
  * Each subcommand lives in its own file; this file only dispatches and holds small helpers.
  */
@@ -22,6 +24,10 @@ typedef struct subcommand {
 static const subcommand subcommands[] = {
     {"guard", wxgb_guard_main,
      "claim+complete throughput, Redis CPU and memory per DONE marker, batched/compact vs naive"},
+    {"e2e", wxgb_e2e_main,
+     "end-to-end messages/s through wxguard-consumer (noop plugin) vs a plain librdkafka reader"},
+    {"feed", wxgb_feed_main,
+     "create topics, feed a stream of callbacks with duplicates, wait for a group, count"},
 };
 
 int64_t wxgb_now_us(void)
