@@ -1101,10 +1101,13 @@ static void flush_pending(wxg_consumer_t *c)
 {
     while (c->pending_head) {
         job *j = c->pending_head;
+        /* Once submitted, a worker may finish the job and free its record at any moment:
+         * read what we need from it first. */
+        job *next = j->pnext;
         int rc = wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
         if (rc == WXG_EBUSY)
             break;
-        c->pending_head = j->pnext;
+        c->pending_head = next;
         if (!c->pending_head)
             c->pending_tail = NULL;
         c->npending--;
