@@ -18,7 +18,7 @@
 #include "testenv.h"
 
 #define PARTITIONS 4
-#define TOTAL      800
+#define TOTAL      100
 #define ID_BASE    7301234570000000000ULL
 
 static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **state)
@@ -28,12 +28,12 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     wxg_ct_setup(&t, "ct-full", PARTITIONS);
     wxg_ct_write_config(&t, "plugins = fail,record\n"
                             "plugin.fail.action = stall\n"
-                            "plugin.fail.stall.ms = 40\n"
+                            "plugin.fail.stall.ms = 300\n"
                             "plugin.fail.match.every = 1\n"
                             "consumer.workers = 1\n"
                             "consumer.queue.capacity = 8\n"
                             "consumer.batch.max = 1\n"
-                            "consumer.drain.timeout.ms = 3s\n"
+                            "consumer.drain.timeout.ms = 5s\n"
                             "kafka.max.poll.interval.ms = 10000\n"
                             "kafka.partition.assignment.strategy = cooperative-sticky\n");
     static wxg_ct_msg_t msgs[TOTAL];
@@ -54,7 +54,7 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     assert_true(wxg_ct_log_count(&t, 0, "event=pause ") > 0);
     /* Replica 1 leaves while replica 0's pool is full, so replica 0 takes its partitions over,
      * and joins again. The pool is above its high watermark most of the time (one slow worker,
-     * a tiny queue); repeat until replica 0 has been handed partitions in that state, at most
+     * a tiny queue, 300 ms per message); repeat until replica 0 has been handed partitions in that state, at most
      * three times. */
     int st;
     for (int round = 0; round < 3; round++) {
