@@ -124,6 +124,7 @@ struct wxg_consumer_s {
     char **topics;
     char *group_id;
     rd_kafka_t *rk;
+    rd_kafka_queue_t *rkq; /* the consumer queue, for rd_kafka_queue_yield() */
     wxg_offsets_t *offsets;
     wxg_pool_t *pool;
     wxg_guard_watchdog_t *wd;
@@ -687,6 +688,10 @@ static void worker_pressure(void *opaque, int high)
 {
     wxg_consumer_t *c = opaque;
     atomic_store(&c->pressure, high);
+    /* Wake the poll thread: it may be blocked in rd_kafka_consumer_poll() with every partition
+     * paused, and must resume them as soon as the pool has drained. */
+    if (c->rkq)
+        rd_kafka_queue_yield(c->rkq);
 }
 
 static void wstate_free(wstate *ws)
@@ -1326,6 +1331,7 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         goto fail;
     kconf = NULL; /* owned by c->rk now */
     rd_kafka_poll_set_consumer(c->rk);
+    c->rkq = rd_kafka_queue_get_consumer(c->rk);
 
     wxg_pool_conf_t pc = {
         .workers = conf->workers,
@@ -1333,7 +1339,7 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         .batch_max = conf->batch_max,
         .batch_delay_us = conf->batch_delay_us,
         .high_watermark = conf->queue_capacity - conf->queue_capacity / 8,
-        .low_watermark = conf->queue_capacity / 2,
+        .low_watermark = conf->queue_capacity / 4,
     };
     if (pc.high_watermark == 0)
         pc.high_watermark = conf->queue_capacity;
@@ -1507,6 +1513,10 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
     wxg_pool_destroy(c->pool);
     c->pool = NULL;
     drop_pending_of(c, NULL);
+    if (c->rkq) {
+        rd_kafka_queue_destroy(c->rkq);
+        c->rkq = NULL;
+    }
     if (c->rk) {
         if (!c->closing) {
             c->closing = 1;
