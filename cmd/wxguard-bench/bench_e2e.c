@@ -171,6 +171,7 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
     pthread_t th;
     pthread_create(&th, NULL, run_consumer, c);
     int64_t t0 = 0, t1 = 0, deadline = wxgb_now_us() + 300000000;
+    int done = 0;
     wxg_consumer_stats_t st;
     if (light_rate) {
         /* Light load: feed chunks of 10 at the given rate while the consumer runs. */
@@ -201,6 +202,7 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
             t0 = wxgb_now_us();
         if (st.processed + st.duplicates + st.dead_lettered >= o->messages && st.in_flight == 0) {
             t1 = wxgb_now_us();
+            done = 1;
             break;
         }
         if (wxgb_now_us() > deadline)
@@ -212,9 +214,10 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
     wxg_consumer_stop(c);
     pthread_join(th, NULL);
     wxg_consumer_destroy(c);
-    if (t1 > t0) {
+    if (done) {
+        /* Under light load everything may be finished before the first look: no rate then. */
         row.ok = 1;
-        row.rate = (double)o->messages * 1e6 / (double)(t1 - t0);
+        row.rate = t1 > t0 ? (double)o->messages * 1e6 / (double)(t1 - t0) : 0;
         row.p50_ms = (double)st.latency_p50_us / 1000.0;
         row.p99_ms = (double)st.latency_p99_us / 1000.0;
         row.rt_per_msg = (double)st.redis_round_trips / (double)o->messages;
