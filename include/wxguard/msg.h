@@ -91,7 +91,8 @@ typedef struct wxg_batch_s wxg_batch_t;
 /* Decodes one record of len bytes (need not be NUL-terminated). On success returns 0 and *out
  * owns every message view; free it with wxg_batch_free(). On failure returns a negative WXG_E*
  * code (ETOOBIG, EDEPTH, EPARSE, EFORMAT, ENOACCOUNT, EIDCONFLICT, ENOMEM, EINVAL), leaves *out
- * NULL and writes a human-readable reason (no raw input text) to errstr when errstr_size > 0.
+ * NULL and writes a human-readable reason to errstr when errstr_size > 0 (printable ASCII; it
+ * quotes no payload text beyond the element names libxml2 may mention).
  * opts may be NULL (defaults). buf may be NULL only when len is 0. Thread-safe. */
 WXG_EXPORT int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts,
                           wxg_batch_t **out, char *errstr, size_t errstr_size);
