@@ -321,6 +321,12 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
         set_err(errstr, errstr_size, "invalid arguments to the producer");
         return WXG_EINVAL;
     }
+    for (size_t i = 0; i < header_count; i++) {
+        if (!headers[i].name || (!headers[i].value && headers[i].value_len)) {
+            set_err(errstr, errstr_size, "header %zu has no name, or a length without a value", i);
+            return WXG_EINVAL;
+        }
+    }
     if (atomic_load(&p->closing)) {
         set_err(errstr, errstr_size, "the producer is shutting down");
         return WXG_ECLOSED;
