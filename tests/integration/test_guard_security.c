@@ -25,7 +25,7 @@ typedef struct fixture {
 
 /* The commands the guard needs (docs/guard.md lists the same set). */
 static const char *const acl_rules[] = {
-    "on",       ">" PASSWORD,   "resetkeys", "~sec:*", "resetchannels", "-@all",
+    "on",       (">" PASSWORD), "resetkeys", "~sec:*", "resetchannels", "-@all",
     "+evalsha", "+script|load", "+ping",     "+wait",  "+time",         "+hget",
     "+hmget",   "+hset",        "+hgetall",  "+hdel",  "+hexists",      "+del",
     "+pexpire", "+pexpireat",   "+pttl",     "+get",   "+set",
