@@ -27,8 +27,8 @@ typedef struct fixture {
 static const char *const acl_rules[] = {
     "on",       ">" PASSWORD,   "resetkeys", "~sec:*", "resetchannels", "-@all",
     "+evalsha", "+script|load", "+ping",     "+wait",  "+time",         "+hget",
-    "+hmget",   "+hset",        "+hgetall",  "+hdel",  "+hexists",      "+del",
-    "+pexpire", "+pexpireat",   "+pttl",     "+get",   "+set",
+    "+hset",    "+hexists",     "+pexpire",  "+pexpireat", "+pttl",     "+get",
+    "+set",     "+getdel",
 };
 
 static int setup(void **state)
