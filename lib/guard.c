@@ -208,8 +208,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
         return WXG_ECONFIG;
     }
     r.retention_ms = c->done_retention_ms;
-    r.bucket_ms =
-        c->done_bucket_ms > 0 ? c->done_bucket_ms : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;
+    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms
+                                        : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;
     if (r.bucket_ms < 1)
         r.bucket_ms = 1;
     if (r.retention_ms / r.bucket_ms > 64) {
@@ -259,8 +259,7 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
 int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
 {
     int n = snprintf(buf, size, "%s shard=%d sel=%d field=%d width=%lld", WXG__LAYOUT_VERSION,
-                     g->shard_bits,
-                     g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
+                     g->shard_bits, g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
     return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
 }
 
@@ -1169,8 +1168,7 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
         return rc;
     /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
      * owner and fence in one string comparison. */
-    int n = snprintf(it->pfx, sizeof it->pfx, "P|%s|%llu|", t->owner,
-                     (unsigned long long)t->fence);
+    int n = snprintf(it->pfx, sizeof it->pfx, "P|%s|%llu|", t->owner, (unsigned long long)t->fence);
     if (n < 0 || (size_t)n >= sizeof it->pfx)
         return WXG_EINVAL;
     it->arg[0] = it->pfx;
