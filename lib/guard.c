@@ -9,10 +9,12 @@
  * idempotency key, never from the key's bytes, so hostile keys cannot leave the prefix or make
  * huge names. All names of one message share a hash tag {s<shard>} taken from the fingerprint:
  * in Redis Cluster the record and every DONE bucket a script touches live in one slot.
- * A message in flight (PROCESSING or FAILED) has one hash (state, owner, lease, fence, attempt,
- * payload tag, finished plugins). On complete that hash is deleted and the message becomes a
- * fixed-width fingerprint field in a small hash bucket selected by time bucket + fingerprint bits;
- * buckets expire whole after the retention.
+ * A message in flight (PROCESSING or FAILED) has one string record (state, owner, fence, payload
+ * tag, attempt, absolute expiry, lease, finished plugins; lib/lua/_record.lua), so that the
+ * common transitions are single SET / GETDEL calls. On complete the record is taken out and the
+ * message becomes a fixed-width fingerprint field in a small hash bucket selected by time bucket +
+ * fingerprint bits; buckets expire whole after the retention. Redis CPU per message is counted
+ * in redis.call()s, so the layout is built to need few: docs/guard.md §9.
  *
  * Threads: a wxg_guard_t is used by one thread at a time and has no lock. The watchdog runs one
  * thread with its own wxg_guard_t; its registration list is guarded by one mutex, never held
@@ -206,7 +208,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
         return WXG_ECONFIG;
     }
     r.retention_ms = c->done_retention_ms;
-    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms : c->done_retention_ms / 7;
+    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms
+                                        : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;
     if (r.bucket_ms < 1)
         r.bucket_ms = 1;
     if (r.retention_ms / r.bucket_ms > 64) {
@@ -255,8 +258,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
 
 int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "v1 shard=%d sel=%d field=%d width=%lld", g->shard_bits,
-                     g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
+    int n = snprintf(buf, size, "%s shard=%d sel=%d field=%d width=%lld", WXG__LAYOUT_VERSION,
+                     g->shard_bits, g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
     return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
 }
 
@@ -576,6 +579,18 @@ static int check_stamp(wxg_guard_t *g, char *errstr, size_t errstr_size)
     } else if (r->type != REDIS_REPLY_STRING) {
         rc = WXG_EREDIS;
         set_err(errstr, errstr_size, "layout check: unexpected reply");
+    } else if (r->len < sizeof WXG__LAYOUT_VERSION ||
+               memcmp(r->str, WXG__LAYOUT_VERSION " ", sizeof WXG__LAYOUT_VERSION) != 0) {
+        /* Another layout version wrote this prefix: its records and markers have another shape,
+         * so this version can neither read them nor safely write beside them. */
+        rc = WXG_ECONFIG;
+        set_err(errstr, errstr_size,
+                "the keys under prefix %s were written with DONE-marker layout \"%.*s\"; this "
+                "version uses layout %s and cannot read them. Stop every guard on that prefix and "
+                "start this version with a new prefix (messages completed under the old prefix are "
+                "then not recognised as duplicates), or delete %s once every old key has expired",
+                g->prefix, (int)(r->len > 100 ? 100 : r->len), r->str, WXG__LAYOUT_VERSION,
+                g->layout_key);
     } else if (r->len != strlen(g->stamp) || memcmp(r->str, g->stamp, r->len) != 0) {
         rc = WXG_ECONFIG;
         set_err(errstr, errstr_size,
@@ -835,7 +850,7 @@ typedef struct item {
     const char *arg[ITEM_ARGS];
     size_t len[ITEM_ARGS];
     char owner[WXG_GUARD_OWNER_LEN + 1];
-    char num[24];   /* fence */
+    char pfx[64];   /* ownership prefix 'P|owner|fence|' of the record */
     char tag[8];    /* payload tag */
     char extra[12]; /* fail: attempt count */
 } item;
@@ -1142,7 +1157,7 @@ static int ticket_valid(const wxg_guard_ticket_t *t)
     return t && t->key && t->key_len > 0 && t->fence > 0 && strlen(t->owner) == WXG_GUARD_OWNER_LEN;
 }
 
-/* Common set-up of a transition batch on tickets: names, owner and fence arguments. */
+/* Common set-up of a transition batch on tickets: names and the ownership argument. */
 static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_ticket_t *t)
 {
     item *it = &b->items[i];
@@ -1151,12 +1166,13 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
     int rc = item_keys(g, it, t->key, t->key_len);
     if (rc)
         return rc;
-    memcpy(it->owner, t->owner, WXG_GUARD_OWNER_LEN + 1);
-    snprintf(it->num, sizeof it->num, "%llu", (unsigned long long)t->fence);
-    it->arg[0] = it->owner;
-    it->len[0] = WXG_GUARD_OWNER_LEN;
-    it->arg[1] = it->num;
-    it->len[1] = strlen(it->num);
+    /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
+     * owner and fence in one string comparison. */
+    int n = snprintf(it->pfx, sizeof it->pfx, "P|%s|%llu|", t->owner, (unsigned long long)t->fence);
+    if (n < 0 || (size_t)n >= sizeof it->pfx)
+        return WXG_EINVAL;
+    it->arg[0] = it->pfx;
+    it->len[0] = (size_t)n;
     return 0;
 }
 
@@ -1294,7 +1310,7 @@ int wxg_guard_renew_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_RENEW, n, 2);
+    int rc = batch_init(g, &b, S_RENEW, n, 1);
     if (rc)
         return rc;
     batch_hdr_num(&b, g->conf.lease_ms);
@@ -1335,17 +1351,17 @@ int wxg_guard_plugin_done_batch(wxg_guard_t *g, const wxg_guard_plugin_done_t *i
             return WXG_EINVAL;
     }
     batch b;
-    int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 4);
+    int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 3);
     if (rc)
         return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         rc = ticket_items(g, &b, i, items[i].ticket);
         if (rc)
             break;
-        b.items[i].arg[2] = items[i].plugin;
-        b.items[i].len[2] = strlen(items[i].plugin);
-        b.items[i].arg[3] = items[i].result_len ? items[i].result : "";
-        b.items[i].len[3] = items[i].result_len;
+        b.items[i].arg[1] = items[i].plugin;
+        b.items[i].len[1] = strlen(items[i].plugin);
+        b.items[i].arg[2] = items[i].result_len ? items[i].result : "";
+        b.items[i].len[2] = items[i].result_len;
     }
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.plugins_done);
@@ -1370,7 +1386,7 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_COMPLETE, n, 4);
+    int rc = batch_init(g, &b, S_COMPLETE, n, 3);
     if (rc)
         return rc;
     batch_hdr_num(&b, g->geom.retention_ms);
@@ -1380,10 +1396,10 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
         if (rc)
             break;
         item *it = &b.items[i];
-        it->arg[2] = it->k.stem;
-        it->len[2] = it->k.stem_len;
-        it->arg[3] = (const char *)it->k.field;
-        it->len[3] = it->k.field_len;
+        it->arg[1] = it->k.stem;
+        it->len[1] = it->k.stem_len;
+        it->arg[2] = (const char *)it->k.field;
+        it->len[2] = it->k.field_len;
     }
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.completed);
@@ -1408,7 +1424,7 @@ int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_FAIL, n, 4);
+    int rc = batch_init(g, &b, S_FAIL, n, 3);
     if (rc)
         return rc;
     batch_hdr_num(&b, g->conf.failed_retention_ms);
@@ -1419,11 +1435,11 @@ int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_
         item *it = &b.items[i];
         const char *reason = items[i].reason ? items[i].reason : "";
         size_t rl = strlen(reason);
-        it->arg[2] = reason;
-        it->len[2] = rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl;
+        it->arg[1] = reason;
+        it->len[1] = rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl;
         snprintf(it->extra, sizeof it->extra, "%u", (unsigned)items[i].attempts);
-        it->arg[3] = it->extra;
-        it->len[3] = strlen(it->extra);
+        it->arg[2] = it->extra;
+        it->len[2] = strlen(it->extra);
     }
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.failed);

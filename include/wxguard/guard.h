@@ -68,8 +68,8 @@ typedef struct wxg_guard_conf {
 
     /* Compact DONE markers (docs/guard.md). The geometry derived from these is stamped in Redis
      * at start-up; a handle whose geometry differs from the stamp is refused (WXG_ECONFIG). */
-    int64_t done_bucket_ms;    /* width of a time bucket; 0 = retention / 7 (one day by default).
-                                  Retention is exact to within one bucket width. */
+    int64_t done_bucket_ms;    /* width of a time bucket; 0 = the retention (claim probes 2
+                                  buckets). Retention is exact to within one bucket width. */
     double done_expected_rate; /* expected DONE markers per second across all replicas,
                                   default 1000; sizes the hash buckets */
     int done_bucket_target;    /* aimed-for mean entries per bucket, default 64 (<= 128) */
