@@ -105,9 +105,9 @@ static void put_why(char *why, size_t why_size, const char *prefix, const char *
 struct pg_conn *wxg__pg_connect(const wxg__pg_conf_t *pc, char *why, size_t why_size)
 {
     char timeout[32];
-    char options[64];
+    char options[96];
     snprintf(timeout, sizeof timeout, "%lld", (long long)pc->connect_timeout_s);
-    snprintf(options, sizeof options, "-c statement_timeout=%lld",
+    snprintf(options, sizeof options, "-c statement_timeout=%lld -c client_min_messages=warning",
              (long long)pc->statement_timeout_ms);
     /* dbname comes first with expand_dbname=1: the dsn's own settings are expanded there and
      * the keywords after it (ours) take precedence. */
