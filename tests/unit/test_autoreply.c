@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "plugin_int.h"
+#include "wxguard/conf.h"
 #include "wxguard/err.h"
 #include "wxguard/plugin_registry.h"
 
@@ -267,6 +268,47 @@ static void test_handle_retries_when_reply_cannot_be_produced_and_skips_others(v
     wxg_plugin_chain_destroy(chain);
 }
 
+/* The rules as an operator writes them in the properties file, read by the configuration
+ * loader and handed over the way the consumer does (plugin map, prefix put back). */
+static void test_rules_from_a_properties_file_reach_the_plugin_intact(void **st)
+{
+    (void)st;
+    static const char text[] =
+        "# replies\n"
+        "plugin.autoreply.topic = wechat-outbound\n"
+        "plugin.autoreply.rule.10 = keyword:你好 -> 你好！有什么可以帮您？\n"
+        "plugin.autoreply.rule.2 = chat=group regex:^(price|价格)=?$ -> a=b #1 \\n done\n";
+    char err[512];
+    wxg_conf_t *conf = wxg_conf_new(WXG_PROG_CONSUMER, err, sizeof err);
+    assert_non_null(conf);
+    assert_int_equal(
+        wxg_conf_load_string(conf, text, strlen(text), "test.properties", err, sizeof err), 0);
+    wxg_conf_map_t *map = wxg_conf_plugin_map(conf, "autoreply");
+    assert_non_null(map);
+    wxg_plugin_kv_t kv[8];
+    char keys[8][64];
+    assert_true(map->count <= 8);
+    for (size_t i = 0; i < map->count; i++) {
+        snprintf(keys[i], sizeof keys[i], "plugin.autoreply.%s", map->items[i].key);
+        kv[i] = (wxg_plugin_kv_t){keys[i], map->items[i].value};
+    }
+    wxg_plugin_chain_t *chain = NULL;
+    assert_int_equal(wxg_plugin_chain_new("autoreply", kv, map->count, &chain, err, sizeof err), 0);
+
+    /* The same values parsed directly give the same answers. */
+    const char *direct[] = {"rule.10", wxg_conf_get(conf, "plugin.autoreply.rule.10"), "rule.2",
+                            wxg_conf_get(conf, "plugin.autoreply.rule.2")};
+    wxg__ar_rules_t *r = NULL;
+    assert_int_equal(parse(&r, err, sizeof err, 2, direct), 0);
+    assert_string_equal(match(r, "wxid_bot1", 0, "你好", NULL), "你好！有什么可以帮您？");
+    assert_string_equal(match(r, "wxid_bot1", 1, "价格=", NULL), "a=b #1 \n done");
+    assert_null(match(r, "wxid_bot1", 0, "价格", NULL));
+    wxg__ar_rules_free(r);
+    wxg_plugin_chain_destroy(chain);
+    wxg_conf_map_free(map);
+    wxg_conf_free(conf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_reply_command_json_has_the_gateway_fields),
         cmocka_unit_test(test_init_requires_topic_and_refuses_unknown_keys),
         cmocka_unit_test(test_handle_retries_when_reply_cannot_be_produced_and_skips_others),
+        cmocka_unit_test(test_rules_from_a_properties_file_reach_the_plugin_intact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
