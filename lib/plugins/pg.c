@@ -109,19 +109,20 @@ struct pg_conn *wxg__pg_connect(const wxg__pg_conf_t *pc, char *why, size_t why_
     snprintf(timeout, sizeof timeout, "%lld", (long long)pc->connect_timeout_s);
     snprintf(options, sizeof options, "-c statement_timeout=%lld -c client_min_messages=warning",
              (long long)pc->statement_timeout_ms);
-    /* dbname comes first with expand_dbname=1: the dsn's own settings are expanded there and
-     * the keywords after it (ours) take precedence. */
+    /* With expand_dbname=1 the dsn's own settings are expanded where dbname stands, and a
+     * later keyword overrides an earlier one: application_name comes before (a dsn may name
+     * its own), the timeouts after (the plugin's settings win). */
     const char *keys[6];
     const char *vals[6];
     int n = 0;
+    keys[n] = "application_name";
+    vals[n++] = "wxguard";
     keys[n] = "dbname";
     vals[n++] = pc->conninfo;
     keys[n] = "connect_timeout";
     vals[n++] = timeout;
     keys[n] = "options";
     vals[n++] = options;
-    keys[n] = "application_name";
-    vals[n++] = "wxguard";
     if (pc->password) {
         keys[n] = "password";
         vals[n++] = pc->password;

@@ -174,6 +174,52 @@ static void test_pgsql_inserts_once_and_same_fence_is_a_noop(void **st)
     PQfinish(pg);
 }
 
+/* The server ends the plugin's connection (a restart, an idle-connection reaper): the next
+ * message is a RETRY naming the lost connection, and the one after that reconnects and
+ * writes. */
+static void test_pgsql_reconnects_after_its_connection_is_killed(void **st)
+{
+    (void)st;
+    PGconn *pg = wxg_test_pg_connect();
+    char *table = wxg_test_pg_name("recon");
+    char dsn[512];
+    /* An application name of its own, so that only this test's connections are ended. */
+    snprintf(dsn, sizeof dsn, "%s%capplication_name=%s", wxg_test_pg_dsn(),
+             strchr(wxg_test_pg_dsn(), '?') ? '&' : '?', table);
+    wxg_plugin_kv_t kv[] = {{"plugin.pgsql.dsn", dsn}, {"plugin.pgsql.table", table}};
+    wxg_plugin_chain_t *c = mk_chain("pgsql", kv, 2);
+    wxg_plugin_thread_t *t = mk_thread(c);
+    tmsg m1, m2;
+    tmsg_init(&m1, "wxid_bot1", "7301234567890100101", "one");
+    tmsg_init(&m2, "wxid_bot1", "7301234567890100102", "two");
+    wxg_plugin_call_t call;
+    assert_int_equal(run(c, t, 0, &m1, 1, 1, &call), WXG_PLUGIN_OK);
+
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+             "application_name = '%s'",
+             table);
+    assert_int_equal(wxg_test_pg_int(pg, sql), 1);
+    /* The backend is gone once pg_stat_activity no longer lists it (bounded wait). */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'",
+             table);
+    for (int i = 0; i < 100 && wxg_test_pg_int(pg, sql) > 0; i++)
+        wxg_test_sleep_ms(20);
+
+    assert_int_equal(run(c, t, 0, &m2, 1, 1, &call), WXG_PLUGIN_RETRY);
+    print_message("after the kill: %s\n", call.reason);
+    assert_int_equal(run(c, t, 0, &m2, 1, 2, &call), WXG_PLUGIN_OK);
+    assert_non_null(strstr(call.result, "inserted"));
+    assert_int_equal(q_int(pg, "count(*)", table, NULL, NULL), 2);
+
+    wxg_plugin_thread_destroy(t);
+    wxg_plugin_chain_destroy(c);
+    drop(pg, table);
+    free(table);
+    PQfinish(pg);
+}
+
 /* ----- fencing with the real guard ----- */
 
 static void test_stale_writer_is_refused_by_postgres_even_when_redis_lost_its_claim(void **st)
@@ -540,6 +586,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pgsql_inserts_once_and_same_fence_is_a_noop),
+        cmocka_unit_test(test_pgsql_reconnects_after_its_connection_is_killed),
         cmocka_unit_test(test_stale_writer_is_refused_by_postgres_even_when_redis_lost_its_claim),
         cmocka_unit_test(
             test_billing_charges_once_under_concurrent_duplicates_with_different_fences),
