@@ -580,7 +580,9 @@ int wxg_conf_key_is_secret(const char *key)
         }
     }
     if (has_prefix(key, "kafka.") || has_prefix(key, "plugin.")) {
-        static const char *const words[] = {"password", "secret", "token", "credential"};
+        /* Connection strings (dsn) carry passwords too. */
+        static const char *const words[] = {"password",   "passphrase", "secret",  "token",
+                                            "credential", "dsn",        "api.key", "private.key"};
         for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
             if (strstr(key, words[i]) != NULL)
                 return 1;

@@ -65,6 +65,8 @@ static void errf(char *errstr, size_t size, const char *fmt, ...)
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
     wxg_httpd_t *h = cls;
     char msg[512];

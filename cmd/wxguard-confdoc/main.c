@@ -24,7 +24,8 @@ static const struct {
      "an unknown property or a bad value is refused with the key named. librdkafka's sensitive "
      "properties (`sasl.password`, `sasl.username`, `ssl.key.password`, `ssl.keystore.password`, "
      "`ssl.key.pem`, `sasl.oauthbearer.config`, `sasl.oauthbearer.client.secret`) and any "
-     "property whose name says password, secret, token or credential are secrets. "
+     "`kafka.*` or `plugin.*` key whose name contains password, passphrase, secret, token, "
+     "credential, dsn, api.key or private.key are secrets. "
      "`kafka.enable.auto.offset.store` cannot be set: wxguard stores only the finished watermark "
      "itself. The keys below are the ones wxguard itself reads or requires."},
     {"consumer.", "Consumer", NULL},

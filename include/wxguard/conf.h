@@ -107,8 +107,8 @@ WXG_EXPORT const char *wxg_conf_type_name(wxg_conf_type_t type); /* "string", "d
 WXG_EXPORT void wxg_conf_describe_range(const wxg_conf_keydef_t *def, char *buf, size_t size);
 
 /* 1 when the value of `key` must never be shown: table keys flagged secret, librdkafka's sensitive
- * properties under kafka.*, and any kafka.* or plugin.* key whose name says password, secret,
- * token or credential. */
+ * properties under kafka.*, and any kafka.* or plugin.* key whose name contains password,
+ * passphrase, secret, token, credential, dsn, api.key or private.key. */
 WXG_EXPORT int wxg_conf_key_is_secret(const char *key);
 
 /* Parsers used for table values, exposed for callers with the same needs. Each returns 0 or

@@ -86,6 +86,8 @@ WXG_EXPORT double wxg_histogram_sum(const wxg_metric_t *m);
 
 /* Registers a function called at the start of every render, without the registry lock, so that
  * it may set gauges that are cheaper to compute on demand (queue depth, oldest in-flight age).
+ * It runs on the thread that renders (the HTTP server's), possibly while other threads update
+ * metrics; `opaque` must stay valid until the registry is freed (hooks cannot be removed).
  * 0, WXG_EINVAL or WXG_ENOMEM. */
 typedef void (*wxg_metrics_collect_fn)(void *opaque, wxg_metrics_t *reg);
 WXG_EXPORT int wxg_metrics_on_collect(wxg_metrics_t *reg, wxg_metrics_collect_fn fn, void *opaque);

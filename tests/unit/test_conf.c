@@ -336,6 +336,7 @@ static void secrets_never_appear_in_print_or_errors(void **state)
     assert_true(wxg_conf_key_is_secret("kafka.ssl.key.password"));
     assert_true(wxg_conf_key_is_secret("kafka.sasl.oauthbearer.client.secret"));
     assert_true(wxg_conf_key_is_secret("plugin.x.api.token"));
+    assert_true(wxg_conf_key_is_secret("plugin.pg.dsn"));
     assert_false(wxg_conf_key_is_secret("redis.host"));
     assert_false(wxg_conf_key_is_secret("kafka.bootstrap.servers"));
     wxg_conf_free(c);
