@@ -347,7 +347,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     wxg_httpd_t *h = cls;
     (void)version;
 
-    if (h->handler != NULL && strncmp(url, h->prefix, h->prefix_len) == 0) {
+    int builtin =
+        strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 || strcmp(url, "/metrics") == 0;
+    if (!builtin && h->handler != NULL && strncmp(url, h->prefix, h->prefix_len) == 0) {
         reqctx *rc = *con_cls;
         if (rc == NULL)
             return app_begin(h, conn, con_cls);

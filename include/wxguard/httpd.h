@@ -37,9 +37,9 @@ WXG_EXPORT wxg_httpd_t *wxg_httpd_start(const char *listen, wxg_metrics_t *metri
 /* Application routes                                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-/* A program may serve its own requests beside the built-in paths: every path that starts with
- * `handler_prefix` goes to `handler`, with the request body read in full first. The server keeps
- * the limits a public endpoint needs, before the handler runs:
+/* A program may serve its own requests beside the built-in paths: every other path that starts
+ * with `handler_prefix` (which may be "/") goes to `handler`, with the request body read in full
+ * first. The server keeps the limits a public endpoint needs, before the handler runs:
  *   - a body larger than max_body is refused with 413, from Content-Length when the client sends
  *     one (nothing is read) and from the bytes actually received otherwise (chunked uploads); a
  *     client that keeps sending far beyond the cap has its connection closed;
