@@ -96,10 +96,11 @@ fetch_kafka() {
   rm -rf "$out"
   mkdir -p "$out"
   log "fetching the Kafka $kv broker jars (Log4j $lv) with Maven"
+  # Maven prints colour resets even in batch mode; they are stripped from what it says.
   (cd "$here/kafka" && mvn -q -B --no-transfer-progress \
     "-Dkafka.version=$kv" "-Dlog4j2.version=$lv" \
-    dependency:copy-dependencies -DincludeScope=runtime "-DoutputDirectory=$out") >&2 ||
-    return 1
+    dependency:copy-dependencies -DincludeScope=runtime "-DoutputDirectory=$out" 2>&1) |
+    sed -e $'s/\x1b\\[[0-9;]*m//g' -e '/^$/d' >&2 || return 1
   # Exactly one SLF4J API (1.7.x) and its Log4j 2 binding, or the broker logs nothing.
   local n
   n=$(find "$out" -name 'slf4j-api-*.jar' | wc -l)
