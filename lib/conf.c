@@ -1,0 +1,1748 @@
+/*
+ * DESIGN: configuration.
+ *
+ * Purpose: the one table of configuration keys (keys[] below) and the code that fills a
+ * wxg_conf_t from it: defaults, a properties file, WXG_* environment variables and --set flags.
+ * Each value is validated when it is set, by the same parser whatever its source, so a bad value
+ * is refused at start-up with its key and its origin named. Precedence is decided by the rank of
+ * the source stored beside each value, not by the order of the calls, so a program may load its
+ * --set flags before its file and still get the documented precedence. A value from a lower
+ * source is validated even when a higher one overrides it: a broken file stays refused.
+ *
+ * kafka.* keys are checked by librdkafka itself (rd_kafka_conf_set on a scratch configuration
+ * owned by the wxg_conf_t), so wxguard never has to mirror librdkafka's property list. plugin.*
+ * keys are kept as text for the plugin's init, except for plugins whose keys the table declares.
+ *
+ * Threads and locks: none. Loading happens on one thread at start-up; afterwards the object is
+ * only read, which any number of threads may do at once.
+ *
+ * Failure modes: allocation failure returns WXG_ENOMEM and leaves the object usable (the value
+ * being set is simply not stored). Secret values are wiped (explicit_bzero) whenever a copy is
+ * replaced or freed, and their text never reaches an error message or a warning.
+ */
+#include "wxguard/conf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "wxguard/err.h"
+
+extern char **environ;
+
+#define SEC  1000LL
+#define MIN  (60 * SEC)
+#define HOUR (60 * MIN)
+#define DAY  (24 * HOUR)
+#define KiB  1024LL
+#define MiB  (1024 * KiB)
+#define GiB  (1024 * MiB)
+
+#define C_ WXG_PROG_CONSUMER
+#define I_ WXG_PROG_INGEST
+#define T_ WXG_PROG_CTL
+
+/* Longest value accepted from any source. PEM blobs for librdkafka fit; a runaway file does not. */
+#define VALUE_MAX (64 * 1024)
+#define FILE_MAX  (1024 * 1024)
+/* How much of a bad value an error message echoes. */
+#define ECHO_MAX 64
+
+static int check_key_prefix(const char *value, char *errstr, size_t errstr_size);
+static int check_topic(const char *value, char *errstr, size_t errstr_size);
+static int check_topic_list(const char *value, char *errstr, size_t errstr_size);
+
+/* One line per key (clang-format may wrap it). Each helper fills the fields its type needs. */
+// clang-format off
+#define KSTR(n, d, lo, hi, p, f, desc)  {n, WXG_CONF_STRING, d, lo, hi, NULL, p, f, desc, NULL}
+#define KINT(n, d, lo, hi, p, desc)     {n, WXG_CONF_INT, d, lo, hi, NULL, p, 0, desc, NULL}
+#define KBOOL(n, d, p, desc)            {n, WXG_CONF_BOOL, d, 0, 1, NULL, p, 0, desc, NULL}
+#define KDUR(n, d, lo, hi, p, desc)     {n, WXG_CONF_DURATION, d, lo, hi, NULL, p, 0, desc, NULL}
+#define KSIZE(n, d, lo, hi, p, desc)    {n, WXG_CONF_SIZE, d, lo, hi, NULL, p, 0, desc, NULL}
+#define KLIST(n, d, lo, hi, p, f, desc) {n, WXG_CONF_LIST, d, lo, hi, NULL, p, f, desc, NULL}
+#define KENUM(n, d, allowed, p, desc)   {n, WXG_CONF_ENUM, d, 0, 0, allowed, p, 0, desc, NULL}
+#define KADDR(n, d, p, f, desc)         {n, WXG_CONF_ADDR, d, 0, 65535, NULL, p, f, desc, NULL}
+// clang-format on
+
+/* The key table: the single source of truth. Keep related keys together; the reference lists
+ * them in this order. */
+static const wxg_conf_keydef_t keys[] = {
+    /* Kafka. Every other kafka.<property> is passed to librdkafka as <property>. */
+    KSTR("kafka.bootstrap.servers", "", 0, 0, C_ | I_ | T_, WXG_CONF_REQUIRED,
+         "Kafka brokers as host:port[,host:port...] (librdkafka bootstrap.servers)."),
+    KSTR("kafka.group.id", "wxguard", 1, 249, C_ | T_, 0,
+         "Consumer group shared by every consumer replica (librdkafka group.id)."),
+
+    /* The consumer. */
+    {.name = "consumer.topics",
+     .type = WXG_CONF_LIST,
+     .def = "wxguard.callbacks",
+     .min = 1,
+     .max = 64,
+     .programs = C_ | T_,
+     .desc = "Topics the consumer subscribes to, comma-separated.",
+     .check = check_topic_list},
+    KENUM("consumer.format", "auto", "auto|wkteam|gewe|oa-xml|oa-json|generic", C_,
+          "Callback format of the records; auto detects it per record."),
+    KINT("consumer.workers", "4", 1, 256, C_,
+         "Worker threads; each holds its own Redis connection. Messages of one conversation "
+         "always run on the same worker, in order."),
+    KINT("consumer.queue.capacity", "4096", 1, 1000000, C_,
+         "Messages held in the worker queues at most; above it the consumer pauses partitions "
+         "until the pool drains."),
+    KINT("consumer.batch.max", "64", 1, 1024, C_,
+         "Messages claimed or completed in one Redis script call at most."),
+    KDUR("consumer.batch.delay.ms", "2ms", 0, 1 * SEC, C_,
+         "How long a worker waits to fill a batch before it sends a partial one."),
+    KDUR("consumer.drain.timeout.ms", "30s", 0, 10 * MIN, C_,
+         "Budget for finishing in-flight messages on shutdown and before giving up revoked "
+         "partitions; what is unfinished then is not committed and will be redelivered."),
+    KDUR("consumer.commit.interval.ms", "1s", 10, 10 * MIN, C_,
+         "How often the finished watermark of each partition is committed."),
+    KINT("consumer.retry.max", "5", 1, 1000, C_,
+         "Attempts of a message whose plugin asks for a retry before it goes to the dead-letter "
+         "topic."),
+    KDUR("consumer.retry.backoff.initial.ms", "200ms", 1, 1 * HOUR, C_,
+         "Delay before the first retry; it doubles (with jitter) on each further attempt."),
+    KDUR("consumer.retry.backoff.max.ms", "30s", 1, 1 * DAY, C_,
+         "Largest delay between two retries."),
+    KSIZE("consumer.max.message.bytes", "1MiB", 1 * KiB, 64 * MiB, C_,
+          "Records larger than this are not decoded; they go to the dead-letter topic."),
+    KDUR("consumer.stall.timeout.ms", "5m", 1 * SEC, 1 * DAY, C_,
+         "When the oldest in-flight message or a paused partition is older than this, /readyz "
+         "turns false and a log line names the partition, offset and key."),
+    {.name = "dlq.topic",
+     .type = WXG_CONF_STRING,
+     .def = "wxguard.dlq",
+     .min = 1,
+     .max = 249,
+     .programs = C_ | T_,
+     .desc = "Dead-letter topic for messages that failed for good; an offset passes such a "
+             "message only after its dead-letter record is acknowledged.",
+     .check = check_topic},
+
+    /* Redis, for the guard. */
+    KSTR("redis.host", "127.0.0.1", 0, 253, C_ | T_, 0, "Redis server host name or address."),
+    KINT("redis.port", "6379", 1, 65535, C_ | T_, "Redis server TCP port."),
+    KSTR("redis.unix.socket", "", 0, 107, C_ | T_, 0,
+         "Path of a Redis Unix socket; when set it is used instead of redis.host and redis.port."),
+    KINT("redis.db", "0", 0, 1023, C_ | T_, "Redis logical database (SELECT)."),
+    KSTR("redis.user", "", 0, 128, C_ | T_, 0,
+         "Redis ACL user name; empty authenticates as the default user when a password is set."),
+    KSTR("redis.password", "", 0, 512, C_ | T_, WXG_CONF_SECRET,
+         "Redis password (AUTH). Prefer the environment (WXG_REDIS_PASSWORD) to a file."),
+    KDUR("redis.connect.timeout.ms", "2s", 1, 1 * MIN, C_ | T_, "Timeout for connecting to Redis."),
+    KDUR("redis.command.timeout.ms", "2s", 1, 1 * MIN, C_ | T_,
+         "Timeout for one Redis command or script call."),
+    {.name = "redis.key.prefix",
+     .type = WXG_CONF_STRING,
+     .def = "wxg",
+     .min = 1,
+     .max = 64,
+     .programs = C_ | T_,
+     .desc = "Prefix of every Redis key wxguard writes (letters, digits, '_', '-', '.', ':'); "
+             "lets several deployments share one Redis.",
+     .check = check_key_prefix},
+
+    /* The idempotency guard. */
+    KDUR("guard.lease.ms", "30s", 100, 1 * HOUR, C_,
+         "How long a claim stays owned without renewal; a crashed replica's messages are taken "
+         "over after it."),
+    KDUR("guard.done.retention", "7d", 1 * MIN, 365 * DAY, C_,
+         "How long a finished message is remembered; a duplicate arriving later than this is "
+         "processed again. Needs a unit (s, m, h, d)."),
+    KDUR("guard.failed.retention", "30d", 1 * MIN, 365 * DAY, C_ | T_,
+         "How long a dead-lettered message's FAILED record is kept for inspection and redrive."),
+    KINT("guard.wait.replicas", "0", 0, 16, C_,
+         "Redis replicas that must acknowledge a DONE record (WAIT) before the offset may pass "
+         "it; 0 does not wait."),
+    KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_, "Timeout of that WAIT."),
+
+    /* Plugins. */
+    {.name = "plugins",
+     .type = WXG_CONF_LIST,
+     .def = "",
+     .min = 1,
+     .max = 32,
+     .programs = C_,
+     .flags = WXG_CONF_REQUIRED,
+     .desc = "The plugin chain, in order: built-in names (record, noop, fail) or other registered "
+             "plugins. Required, so that no message is marked done by an empty chain.",
+     .check = NULL},
+    KSTR("plugin.record.path", "", 0, 4096, C_, 0,
+         "File the record plugin appends one JSON line per effect to; required when record is in "
+         "the chain. Safe for several replicas appending to one file."),
+
+    /* Logging. */
+    KENUM("log.level", "info", "debug|info|warn|error", C_ | I_ | T_,
+          "Lowest level written to the log."),
+    KENUM("log.format", "kv", "kv|json", C_ | I_ | T_,
+          "kv writes key=value lines (logfmt); json writes one JSON object per line."),
+    KSIZE("log.field.max.bytes", "256", 16, 4 * KiB, C_ | I_ | T_,
+          "A logged value longer than this is cut short and marked as truncated."),
+    KBOOL("log.personal.ids", "false", C_ | I_ | T_,
+          "Log account, conversation and sender ids as they are instead of as short hashes. For "
+          "debugging only."),
+    KBOOL("log.content", "false", C_ | I_ | T_,
+          "Log message content at debug level. For debugging only: content is personal data."),
+    KSTR("log.id.salt", "", 0, 256, C_ | I_ | T_, WXG_CONF_SECRET,
+         "Salt mixed into the hashes of personal ids, so that log readers cannot confirm a "
+         "guessed id; use the same value on every replica to correlate their logs."),
+
+    /* Metrics and health. */
+    KADDR("metrics.listen", "", C_ | I_, 0,
+          "host:port of the HTTP server for /metrics, /healthz and /readyz; empty turns it off, "
+          "port 0 picks a free port."),
+
+    /* The ingest program. */
+    KADDR("ingest.listen", "127.0.0.1:8080", I_, WXG_CONF_REQUIRED,
+          "host:port the webhook receiver listens on."),
+    {.name = "ingest.topic",
+     .type = WXG_CONF_STRING,
+     .def = "wxguard.callbacks",
+     .min = 1,
+     .max = 249,
+     .programs = I_,
+     .desc = "Topic the callbacks are produced to.",
+     .check = check_topic},
+    KSIZE("ingest.max.body.bytes", "1MiB", 1 * KiB, 64 * MiB, I_,
+          "Requests with a larger body are refused with 413."),
+    KDUR("ingest.produce.timeout.ms", "10s", 100, 5 * MIN, I_,
+         "How long a request waits for Kafka to acknowledge the record before it is answered "
+         "with 503 (the gateway retries)."),
+};
+
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+/* librdkafka properties wxguard sets itself; a user value would break the offset guarantees. */
+static const struct {
+    const char *prop;
+    const char *why;
+} kafka_reserved[] = {
+    {"enable.auto.offset.store",
+     "wxguard stores only the finished watermark itself; this must stay false"},
+};
+
+/* librdkafka's sensitive properties (flagged _RK_SENSITIVE in its property table). */
+static const char *const kafka_sensitive[] = {
+    "sasl.password",
+    "sasl.username",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.key.pem",
+    "sasl.oauthbearer.config",
+    "sasl.oauthbearer.client.secret",
+};
+
+enum { RANK_DEFAULT = 0, RANK_FILE, RANK_ENV, RANK_CLI };
+
+typedef struct entry {
+    char *key;    /* full key */
+    char *value;  /* as written, trimmed */
+    char *origin; /* "default", "file x:3", "env WXG_X", "--set" */
+    int rank;
+    int srcid; /* which load call set it (duplicates inside one file are refused) */
+    int secret;
+    const wxg_conf_keydef_t *def; /* NULL for kafka.* / plugin.* pass-through keys */
+    int64_t num;                  /* INT, DURATION, SIZE, BOOL */
+    char **items;                 /* LIST */
+    size_t nitems;
+} entry;
+
+struct wxg_conf_s {
+    unsigned program;
+    entry tab[NKEYS];
+    entry *extra;
+    size_t nextra, capextra;
+    char **warnings;
+    size_t nwarn, capwarn;
+    rd_kafka_conf_t *scratch;
+    int next_srcid;
+    int cli_srcid;
+};
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static void errf(char *errstr, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void errf(char *errstr, size_t size, const char *fmt, ...)
+{
+    if (errstr == NULL || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, size, fmt, ap);
+    va_end(ap);
+}
+
+static char *xstrndup(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+static char *xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+static void wipe_free(char *s, int secret)
+{
+    if (s == NULL)
+        return;
+    if (secret)
+        explicit_bzero(s, strlen(s));
+    free(s);
+}
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Writes `v` for an error message: escaped, cut at ECHO_MAX bytes, in quotes. */
+static void echo_value(const char *v, char *buf, size_t size)
+{
+    size_t o = 0;
+    if (size < 8) {
+        if (size)
+            buf[0] = '\0';
+        return;
+    }
+    buf[o++] = '"';
+    for (size_t i = 0; v[i] != '\0' && o + 6 < size; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (i >= ECHO_MAX) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
+            o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+        } else {
+            buf[o++] = (char)c;
+        }
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+static int is_key_char(int c)
+{
+    return isalnum(c) || c == '.' || c == '_' || c == '-';
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+static int warn(wxg_conf_t *conf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int warn(wxg_conf_t *conf, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    for (size_t i = 0; i < conf->nwarn; i++) {
+        if (strcmp(conf->warnings[i], buf) == 0)
+            return 0;
+    }
+    if (conf->nwarn == conf->capwarn) {
+        size_t cap = conf->capwarn ? conf->capwarn * 2 : 8;
+        char **w = realloc(conf->warnings, cap * sizeof *w);
+        if (w == NULL)
+            return WXG_ENOMEM;
+        conf->warnings = w;
+        conf->capwarn = cap;
+    }
+    char *copy = xstrdup(buf);
+    if (copy == NULL)
+        return WXG_ENOMEM;
+    conf->warnings[conf->nwarn++] = copy;
+    return 0;
+}
+
+static size_t levenshtein(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    size_t row[128];
+    if (m >= sizeof row / sizeof row[0] || n >= 128)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            size_t best = diag + cost;
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+/* The table key closest to `key` (case-insensitively), when it is close enough to be a typo. */
+static const char *suggest(const char *key)
+{
+    char lower[128];
+    size_t n = strlen(key);
+    if (n >= sizeof lower)
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        lower[i] = (char)tolower((unsigned char)key[i]);
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (size_t i = 0; i < NKEYS; i++) {
+        size_t d = levenshtein(lower, keys[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = keys[i].name;
+        }
+    }
+    return best;
+}
+
+/* ---- the table ----------------------------------------------------------------------------- */
+
+size_t wxg_conf_keydef_count(void)
+{
+    return NKEYS;
+}
+
+const wxg_conf_keydef_t *wxg_conf_keydef_at(size_t i)
+{
+    return i < NKEYS ? &keys[i] : NULL;
+}
+
+static long keydef_index(const char *name)
+{
+    if (name == NULL)
+        return -1;
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (strcmp(keys[i].name, name) == 0)
+            return (long)i;
+    }
+    return -1;
+}
+
+const wxg_conf_keydef_t *wxg_conf_keydef_find(const char *name)
+{
+    long i = keydef_index(name);
+    return i < 0 ? NULL : &keys[i];
+}
+
+const char *wxg_conf_type_name(wxg_conf_type_t type)
+{
+    switch (type) {
+    case WXG_CONF_STRING:
+        return "string";
+    case WXG_CONF_INT:
+        return "int";
+    case WXG_CONF_BOOL:
+        return "bool";
+    case WXG_CONF_DURATION:
+        return "duration";
+    case WXG_CONF_SIZE:
+        return "size";
+    case WXG_CONF_LIST:
+        return "list";
+    case WXG_CONF_ENUM:
+        return "enum";
+    case WXG_CONF_ADDR:
+        return "address";
+    }
+    return "unknown";
+}
+
+static void format_duration(int64_t ms, char *buf, size_t size)
+{
+    static const struct {
+        int64_t unit;
+        const char *name;
+    } units[] = {{DAY, "d"}, {HOUR, "h"}, {MIN, "m"}, {SEC, "s"}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (ms != 0 && ms % units[i].unit == 0) {
+            snprintf(buf, size, "%lld%s", (long long)(ms / units[i].unit), units[i].name);
+            return;
+        }
+    }
+    snprintf(buf, size, "%lldms", (long long)ms);
+}
+
+static void format_size(int64_t bytes, char *buf, size_t size)
+{
+    if (bytes != 0 && bytes % GiB == 0)
+        snprintf(buf, size, "%lldGiB", (long long)(bytes / GiB));
+    else if (bytes != 0 && bytes % MiB == 0)
+        snprintf(buf, size, "%lldMiB", (long long)(bytes / MiB));
+    else if (bytes != 0 && bytes % KiB == 0)
+        snprintf(buf, size, "%lldKiB", (long long)(bytes / KiB));
+    else
+        snprintf(buf, size, "%lld", (long long)bytes);
+}
+
+void wxg_conf_describe_range(const wxg_conf_keydef_t *def, char *buf, size_t size)
+{
+    char lo[32], hi[32];
+    if (buf == NULL || size == 0)
+        return;
+    buf[0] = '\0';
+    if (def == NULL)
+        return;
+    switch (def->type) {
+    case WXG_CONF_INT:
+        snprintf(buf, size, "%lld .. %lld", (long long)def->min, (long long)def->max);
+        break;
+    case WXG_CONF_DURATION:
+        format_duration(def->min, lo, sizeof lo);
+        format_duration(def->max, hi, sizeof hi);
+        snprintf(buf, size, "%s .. %s", lo, hi);
+        break;
+    case WXG_CONF_SIZE:
+        format_size(def->min, lo, sizeof lo);
+        format_size(def->max, hi, sizeof hi);
+        snprintf(buf, size, "%s .. %s", lo, hi);
+        break;
+    case WXG_CONF_BOOL:
+        snprintf(buf, size, "true | false");
+        break;
+    case WXG_CONF_ENUM: {
+        size_t o = 0;
+        for (const char *p = def->allowed; *p && o + 4 < size; p++) {
+            if (*p == '|') {
+                o += (size_t)snprintf(buf + o, size - o, " | ");
+            } else {
+                buf[o++] = *p;
+                buf[o] = '\0';
+            }
+        }
+        break;
+    }
+    case WXG_CONF_LIST:
+        if (def->max > 0)
+            snprintf(buf, size, "%lld .. %lld items", (long long)def->min, (long long)def->max);
+        break;
+    case WXG_CONF_STRING:
+        if (def->min > 0 && def->max > 0)
+            snprintf(buf, size, "%lld .. %lld bytes", (long long)def->min, (long long)def->max);
+        else if (def->max > 0)
+            snprintf(buf, size, "at most %lld bytes", (long long)def->max);
+        else if (def->min > 0)
+            snprintf(buf, size, "non-empty");
+        break;
+    case WXG_CONF_ADDR:
+        snprintf(buf, size, "host:port");
+        break;
+    }
+}
+
+int wxg_conf_key_is_secret(const char *key)
+{
+    if (key == NULL)
+        return 0;
+    const wxg_conf_keydef_t *def = wxg_conf_keydef_find(key);
+    if (def != NULL)
+        return (def->flags & WXG_CONF_SECRET) != 0;
+    if (has_prefix(key, "kafka.")) {
+        for (size_t i = 0; i < sizeof kafka_sensitive / sizeof kafka_sensitive[0]; i++) {
+            if (strcmp(key + 6, kafka_sensitive[i]) == 0)
+                return 1;
+        }
+    }
+    if (has_prefix(key, "kafka.") || has_prefix(key, "plugin.")) {
+        /* Connection strings (dsn) carry passwords too. */
+        static const char *const words[] = {"password",   "passphrase", "secret",  "token",
+                                            "credential", "dsn",        "api.key", "private.key"};
+        for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+            if (strstr(key, words[i]) != NULL)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- value parsers ------------------------------------------------------------------------- */
+
+/* Parses a decimal integer prefix: digits with an optional sign, no leading space. *end points
+ * after the digits. */
+static int parse_int_prefix(const char *s, int64_t *out, const char **end)
+{
+    if (*s == '\0' || isspace((unsigned char)*s))
+        return WXG_ECONFIG;
+    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    if (!isdigit((unsigned char)*d))
+        return WXG_ECONFIG;
+    char *e = NULL;
+    errno = 0;
+    long long v = strtoll(s, &e, 10);
+    if (errno == ERANGE || e == s)
+        return WXG_EOVERFLOW;
+    *out = v;
+    *end = e;
+    return 0;
+}
+
+int wxg_conf_parse_int(const char *s, int64_t *out)
+{
+    int64_t v;
+    const char *end;
+    if (s == NULL || out == NULL)
+        return WXG_ECONFIG;
+    int rc = parse_int_prefix(s, &v, &end);
+    if (rc != 0)
+        return WXG_ECONFIG;
+    if (*end != '\0')
+        return WXG_ECONFIG;
+    *out = v;
+    return 0;
+}
+
+int wxg_conf_parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    if (s == NULL || out == NULL)
+        return WXG_ECONFIG;
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return WXG_ECONFIG;
+}
+
+/* Multiplies v by unit, refusing negative values and overflow. */
+static int scale(int64_t v, int64_t unit, int64_t *out)
+{
+    if (v < 0)
+        return WXG_ECONFIG;
+    if (v > INT64_MAX / unit)
+        return WXG_ECONFIG;
+    *out = v * unit;
+    return 0;
+}
+
+int wxg_conf_parse_duration_ms(const char *s, int allow_bare_ms, int64_t *out)
+{
+    static const struct {
+        const char *name;
+        int64_t ms;
+    } units[] = {{"ms", 1}, {"s", SEC}, {"m", MIN}, {"h", HOUR}, {"d", DAY}};
+    int64_t v;
+    const char *end;
+    if (s == NULL || out == NULL || parse_int_prefix(s, &v, &end) != 0)
+        return WXG_ECONFIG;
+    if (*end == '\0')
+        return allow_bare_ms ? scale(v, 1, out) : WXG_ECONFIG;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].name) == 0)
+            return scale(v, units[i].ms, out);
+    }
+    return WXG_ECONFIG;
+}
+
+int wxg_conf_parse_size(const char *s, int64_t *out)
+{
+    static const struct {
+        const char *name;
+        int64_t bytes;
+    } units[] = {{"", 1},    {"B", 1},     {"K", KiB}, {"KiB", KiB},
+                 {"M", MiB}, {"MiB", MiB}, {"G", GiB}, {"GiB", GiB}};
+    int64_t v;
+    const char *end;
+    if (s == NULL || out == NULL || parse_int_prefix(s, &v, &end) != 0)
+        return WXG_ECONFIG;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].name) == 0)
+            return scale(v, units[i].bytes, out);
+    }
+    return WXG_ECONFIG;
+}
+
+int wxg_conf_parse_addr(const char *s, char *host, size_t host_size, int *port)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hlen;
+    if (s == NULL || host == NULL || port == NULL)
+        return WXG_ECONFIG;
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return WXG_ECONFIG;
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL)
+            return WXG_ECONFIG; /* a bare IPv6 address needs brackets */
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= host_size)
+        return WXG_ECONFIG;
+    for (size_t i = 0; i < hlen; i++) {
+        unsigned char c = (unsigned char)h[i];
+        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':' || c == '%'))
+            return WXG_ECONFIG;
+    }
+    int64_t p;
+    if (wxg_conf_parse_int(colon + 1, &p) != 0 || p < 0 || p > 65535)
+        return WXG_ECONFIG;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+static int check_key_prefix(const char *value, char *errstr, size_t errstr_size)
+{
+    for (const char *p = value; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!(isalnum(c) || c == '_' || c == '-' || c == '.' || c == ':')) {
+            errf(errstr, errstr_size,
+                 "may hold only letters, digits, '_', '-', '.' and ':' (it becomes part of Redis "
+                 "keys and SCAN patterns)");
+            return WXG_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+/* Kafka topic names: [a-zA-Z0-9._-] (Kafka also bounds them at 249 bytes). */
+static int check_topic_chars(const char *value, const char *extra, char *errstr, size_t errstr_size)
+{
+    for (const char *p = value; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!(isalnum(c) || c == '_' || c == '-' || c == '.' || strchr(extra, c) != NULL)) {
+            errf(errstr, errstr_size,
+                 "a topic name may hold only letters, digits, '.', '_' and '-'");
+            return WXG_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+static int check_topic(const char *value, char *errstr, size_t errstr_size)
+{
+    return check_topic_chars(value, "", errstr, errstr_size);
+}
+
+/* A list is checked as written: its separators (and the spaces around them) are allowed too. */
+static int check_topic_list(const char *value, char *errstr, size_t errstr_size)
+{
+    return check_topic_chars(value, ", \t", errstr, errstr_size);
+}
+
+static void free_items(entry *e)
+{
+    for (size_t i = 0; i < e->nitems; i++)
+        free(e->items[i]);
+    free(e->items);
+    e->items = NULL;
+    e->nitems = 0;
+}
+
+/* Splits a list value into trimmed items. Returns 0, WXG_ECONFIG (an empty item) or ENOMEM. */
+static int split_list(const char *value, char ***items_out, size_t *n_out)
+{
+    char **items = NULL;
+    size_t n = 0;
+    int rc = 0;
+    char *copy = xstrdup(value);
+    if (copy == NULL)
+        return WXG_ENOMEM;
+    if (*trim(copy) == '\0')
+        goto out; /* "" is the empty list */
+    size_t cap = 1;
+    for (const char *p = copy; *p; p++)
+        cap += *p == ',';
+    items = calloc(cap, sizeof *items);
+    if (items == NULL) {
+        rc = WXG_ENOMEM;
+        goto out;
+    }
+    char *start = copy;
+    for (;;) {
+        char *comma = strchr(start, ',');
+        if (comma != NULL)
+            *comma = '\0';
+        char *item = trim(start);
+        if (*item == '\0') {
+            rc = WXG_ECONFIG;
+            goto out;
+        }
+        items[n] = xstrdup(item);
+        if (items[n] == NULL) {
+            rc = WXG_ENOMEM;
+            goto out;
+        }
+        n++;
+        if (comma == NULL)
+            break;
+        start = comma + 1;
+    }
+out:
+    free(copy);
+    if (rc != 0) {
+        for (size_t i = 0; i < n; i++)
+            free(items[i]);
+        free(items);
+        return rc;
+    }
+    *items_out = items;
+    *n_out = n;
+    return 0;
+}
+
+static int enum_allows(const char *allowed, const char *value)
+{
+    size_t vlen = strlen(value);
+    const char *p = allowed;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == vlen && strncmp(p, value, len) == 0)
+            return 1;
+        if (bar == NULL)
+            break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+/* Validates `value` against `def`. On success fills num/items (items owned by the caller).
+ * On failure writes the reason (without the key) to errstr. */
+static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t *num, char ***items,
+                       size_t *nitems, char *errstr, size_t errstr_size)
+{
+    char echo[ECHO_MAX + 16];
+    char range[128];
+    int64_t v = 0;
+    int b = 0;
+    int secret = (def->flags & WXG_CONF_SECRET) != 0;
+    size_t len = strlen(value);
+
+    if (secret)
+        snprintf(echo, sizeof echo, "the value");
+    else
+        echo_value(value, echo, sizeof echo);
+    wxg_conf_describe_range(def, range, sizeof range);
+    *num = 0;
+    *items = NULL;
+    *nitems = 0;
+
+    switch (def->type) {
+    case WXG_CONF_STRING:
+        if (def->min > 0 && len < (size_t)def->min) {
+            errf(errstr, errstr_size, "must not be empty");
+            return WXG_ECONFIG;
+        }
+        if (def->max > 0 && len > (size_t)def->max) {
+            errf(errstr, errstr_size, "%s is longer than %lld bytes", echo, (long long)def->max);
+            return WXG_ECONFIG;
+        }
+        break;
+    case WXG_CONF_INT:
+        if (wxg_conf_parse_int(value, &v) != 0) {
+            errf(errstr, errstr_size, "%s is not an integer", echo);
+            return WXG_ECONFIG;
+        }
+        break;
+    case WXG_CONF_BOOL:
+        if (wxg_conf_parse_bool(value, &b) != 0) {
+            errf(errstr, errstr_size, "%s is not a boolean (true/false, yes/no, on/off, 1/0)",
+                 echo);
+            return WXG_ECONFIG;
+        }
+        v = b;
+        break;
+    case WXG_CONF_DURATION: {
+        int bare_ok = ends_with(def->name, ".ms");
+        if (wxg_conf_parse_duration_ms(value, bare_ok, &v) != 0) {
+            errf(errstr, errstr_size,
+                 "%s is not a duration (a whole number with a unit: ms, s, m, h, d%s)", echo,
+                 bare_ok ? "; a bare number means ms" : "");
+            return WXG_ECONFIG;
+        }
+        break;
+    }
+    case WXG_CONF_SIZE:
+        if (wxg_conf_parse_size(value, &v) != 0) {
+            errf(errstr, errstr_size,
+                 "%s is not a size (a whole number of bytes, optionally with K, KiB, M, MiB, G or "
+                 "GiB)",
+                 echo);
+            return WXG_ECONFIG;
+        }
+        break;
+    case WXG_CONF_ENUM:
+        if (!enum_allows(def->allowed, value)) {
+            errf(errstr, errstr_size, "%s is not one of %s", echo, range);
+            return WXG_ECONFIG;
+        }
+        break;
+    case WXG_CONF_ADDR: {
+        char host[256];
+        int port;
+        if (len == 0)
+            break; /* "off"; wxg_conf_check refuses it for a required key */
+        if (wxg_conf_parse_addr(value, host, sizeof host, &port) != 0) {
+            errf(errstr, errstr_size,
+                 "%s is not host:port (port 0..65535; an IPv6 address in brackets)", echo);
+            return WXG_ECONFIG;
+        }
+        break;
+    }
+    case WXG_CONF_LIST: {
+        int rc = split_list(value, items, nitems);
+        if (rc == WXG_ENOMEM)
+            return rc;
+        if (rc != 0) {
+            errf(errstr, errstr_size, "%s has an empty item", echo);
+            return WXG_ECONFIG;
+        }
+        /* An empty list of a required key is reported by wxg_conf_check, so that the default
+         * "" can stand until every source is loaded. */
+        if (*nitems != 0 &&
+            ((int64_t)*nitems < def->min || (def->max > 0 && (int64_t)*nitems > def->max))) {
+            errf(errstr, errstr_size, "%s has %zu items; allowed: %s", echo, *nitems, range);
+            goto fail_list;
+        }
+        for (size_t i = 0; i < *nitems; i++) {
+            for (size_t j = i + 1; j < *nitems; j++) {
+                if (strcmp((*items)[i], (*items)[j]) == 0) {
+                    errf(errstr, errstr_size, "%s names \"%s\" twice", echo, (*items)[i]);
+                    goto fail_list;
+                }
+            }
+        }
+        break;
+    fail_list:
+        for (size_t i = 0; i < *nitems; i++)
+            free((*items)[i]);
+        free(*items);
+        *items = NULL;
+        *nitems = 0;
+        return WXG_ECONFIG;
+    }
+    }
+
+    if (def->type == WXG_CONF_INT || def->type == WXG_CONF_DURATION || def->type == WXG_CONF_SIZE) {
+        if (v < def->min || v > def->max) {
+            errf(errstr, errstr_size, "%s is out of range (%s)", echo, range);
+            return WXG_ECONFIG;
+        }
+    }
+    if (def->check != NULL && len > 0) {
+        char why[256] = "";
+        if (def->check(value, why, sizeof why) != 0) {
+            errf(errstr, errstr_size, "%s: %s", echo, why);
+            free_items(&(entry){.items = *items, .nitems = *nitems});
+            *items = NULL;
+            *nitems = 0;
+            return WXG_ECONFIG;
+        }
+    }
+    *num = v;
+    return 0;
+}
+
+/* ---- storing values ------------------------------------------------------------------------ */
+
+static void entry_clear(entry *e)
+{
+    wipe_free(e->value, e->secret);
+    free(e->origin);
+    free(e->key);
+    free_items(e);
+    memset(e, 0, sizeof *e);
+}
+
+static entry *extra_find(const wxg_conf_t *conf, const char *key)
+{
+    for (size_t i = 0; i < conf->nextra; i++) {
+        if (strcmp(conf->extra[i].key, key) == 0)
+            return &conf->extra[i];
+    }
+    return NULL;
+}
+
+static int plugin_has_declared_keys(const char *key, size_t name_end)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (strncmp(keys[i].name, key, name_end + 1) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Checks a kafka.* property with librdkafka. */
+static int kafka_validate(wxg_conf_t *conf, const char *key, const char *value, int secret,
+                          char *errstr, size_t errstr_size)
+{
+    const char *prop = key + 6;
+    char why[512] = "";
+    for (size_t i = 0; i < sizeof kafka_reserved / sizeof kafka_reserved[0]; i++) {
+        if (strcmp(prop, kafka_reserved[i].prop) == 0) {
+            errf(errstr, errstr_size, "%s: cannot be set: %s", key, kafka_reserved[i].why);
+            return WXG_ECONFIG;
+        }
+    }
+    if (conf->scratch == NULL) {
+        conf->scratch = rd_kafka_conf_new();
+        if (conf->scratch == NULL)
+            return WXG_ENOMEM;
+    }
+    rd_kafka_conf_res_t res = rd_kafka_conf_set(conf->scratch, prop, value, why, sizeof why);
+    if (res == RD_KAFKA_CONF_OK)
+        return 0;
+    if (res == RD_KAFKA_CONF_UNKNOWN) {
+        errf(errstr, errstr_size, "%s: librdkafka has no property \"%s\"", key, prop);
+    } else if (secret) {
+        errf(errstr, errstr_size, "%s: librdkafka refused the value", key);
+    } else {
+        errf(errstr, errstr_size, "%s: librdkafka refused the value: %s", key, why);
+    }
+    return WXG_ECONFIG;
+}
+
+/* Sets `key` to `value` from a source of `rank`. `origin` describes the source for messages. */
+static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int rank, int srcid,
+                    const char *origin, char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    char why[512] = "";
+    int64_t num = 0;
+    char **items = NULL;
+    size_t nitems = 0;
+    entry *e = NULL;
+    entry fresh = {0};
+
+    if (key == NULL || value == NULL) {
+        errf(errstr, errstr_size, "missing key or value (%s)", origin);
+        return WXG_ECONFIG;
+    }
+    size_t klen = strlen(key);
+    int key_ok = klen > 0 && klen <= 255;
+    for (size_t i = 0; key_ok && i < klen; i++)
+        key_ok = is_key_char((unsigned char)key[i]);
+    if (!key_ok) {
+        char echo[ECHO_MAX + 16];
+        echo_value(key, echo, sizeof echo);
+        errf(errstr, errstr_size, "invalid configuration key %s (%s)", echo, origin);
+        return WXG_ECONFIG;
+    }
+    int secret = wxg_conf_key_is_secret(key);
+    if (strlen(value) > VALUE_MAX) {
+        errf(errstr, errstr_size, "%s: the value is longer than %d bytes (%s)", key, VALUE_MAX,
+             origin);
+        return WXG_ECONFIG;
+    }
+    for (const char *p = value; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f) {
+            errf(errstr, errstr_size, "%s: the value holds a control character (%s)", key, origin);
+            return WXG_ECONFIG;
+        }
+    }
+
+    long idx = keydef_index(key);
+    if (idx >= 0) {
+        const wxg_conf_keydef_t *def = &keys[idx];
+        rc = parse_value(def, value, &num, &items, &nitems, why, sizeof why);
+        if (rc == WXG_ENOMEM)
+            return rc;
+        if (rc != 0) {
+            errf(errstr, errstr_size, "%s: %s (%s)", key, why, origin);
+            return rc;
+        }
+        if (has_prefix(key, "kafka.") && *value != '\0') {
+            rc = kafka_validate(conf, key, value, secret, why, sizeof why);
+            if (rc != 0) {
+                errf(errstr, errstr_size, "%s (%s)", why, origin);
+                goto out;
+            }
+        }
+        if (rank > RANK_DEFAULT && !(def->programs & conf->program)) {
+            rc = warn(conf, "%s is not used by this program (%s)", key, origin);
+            if (rc != 0)
+                goto out;
+        }
+        e = &conf->tab[idx];
+    } else if (has_prefix(key, "kafka.") && klen > 6) {
+        rc = kafka_validate(conf, key, value, secret, why, sizeof why);
+        if (rc != 0) {
+            errf(errstr, errstr_size, "%s (%s)", why, origin);
+            goto out;
+        }
+        e = extra_find(conf, key);
+    } else if (has_prefix(key, "plugin.")) {
+        const char *name = key + 7;
+        const char *dot = strchr(name, '.');
+        if (dot == NULL || dot == name || dot[1] == '\0') {
+            errf(errstr, errstr_size, "%s: a plugin key is written plugin.<name>.<property> (%s)",
+                 key, origin);
+            return WXG_ECONFIG;
+        }
+        if (plugin_has_declared_keys(key, (size_t)(dot - key))) {
+            const char *s = suggest(key);
+            errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
+                 s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
+            return WXG_ECONFIG;
+        }
+        e = extra_find(conf, key);
+    } else {
+        const char *s = suggest(key);
+        errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
+             s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
+        return WXG_ECONFIG;
+    }
+
+    if (e != NULL && e->value != NULL) {
+        if (e->rank > rank)
+            goto out; /* a higher source already set it; the value was still checked */
+        if (e->rank == rank && rank != RANK_DEFAULT) {
+            if (rank == RANK_FILE && e->srcid == srcid) {
+                errf(errstr, errstr_size, "%s is set twice: %s and %s", key, e->origin, origin);
+                rc = WXG_ECONFIG;
+                goto out;
+            }
+            rc = warn(conf, "%s is set more than once; %s wins over %s", key, origin, e->origin);
+            if (rc != 0)
+                goto out;
+        }
+    }
+
+    fresh.key = xstrdup(key);
+    fresh.value = xstrdup(value);
+    fresh.origin = xstrdup(origin);
+    if (fresh.key == NULL || fresh.value == NULL || fresh.origin == NULL) {
+        rc = WXG_ENOMEM;
+        fresh.secret = secret;
+        entry_clear(&fresh);
+        goto out;
+    }
+    fresh.rank = rank;
+    fresh.srcid = srcid;
+    fresh.secret = secret;
+    fresh.def = idx >= 0 ? &keys[idx] : NULL;
+    fresh.num = num;
+    fresh.items = items;
+    fresh.nitems = nitems;
+    items = NULL;
+    nitems = 0;
+
+    if (e == NULL) {
+        if (conf->nextra == conf->capextra) {
+            size_t cap = conf->capextra ? conf->capextra * 2 : 16;
+            entry *x = realloc(conf->extra, cap * sizeof *x);
+            if (x == NULL) {
+                entry_clear(&fresh);
+                rc = WXG_ENOMEM;
+                goto out;
+            }
+            conf->extra = x;
+            conf->capextra = cap;
+        }
+        e = &conf->extra[conf->nextra++];
+        memset(e, 0, sizeof *e);
+    }
+    entry_clear(e);
+    *e = fresh;
+out:
+    if (items != NULL) {
+        entry tmp = {.items = items, .nitems = nitems};
+        free_items(&tmp);
+    }
+    return rc;
+}
+
+/* ---- sources ------------------------------------------------------------------------------- */
+
+wxg_conf_t *wxg_conf_new(unsigned program, char *errstr, size_t errstr_size)
+{
+    wxg_conf_t *conf = calloc(1, sizeof *conf);
+    if (conf == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    conf->program = program;
+    for (size_t i = 0; i < NKEYS; i++) {
+        /* Defaults are checked like any value: a bad table entry fails here, and in the unit
+         * tests, instead of at the first use of the key. */
+        int rc = conf_put(conf, keys[i].name, keys[i].def, RANK_DEFAULT, 0, "default", errstr,
+                          errstr_size);
+        if (rc != 0) {
+            wxg_conf_free(conf);
+            return NULL;
+        }
+    }
+    conf->next_srcid = 1;
+    conf->cli_srcid = -1;
+    return conf;
+}
+
+void wxg_conf_free(wxg_conf_t *conf)
+{
+    if (conf == NULL)
+        return;
+    for (size_t i = 0; i < NKEYS; i++)
+        entry_clear(&conf->tab[i]);
+    for (size_t i = 0; i < conf->nextra; i++)
+        entry_clear(&conf->extra[i]);
+    free(conf->extra);
+    for (size_t i = 0; i < conf->nwarn; i++)
+        free(conf->warnings[i]);
+    free(conf->warnings);
+    if (conf->scratch != NULL)
+        rd_kafka_conf_destroy(conf->scratch); /* librdkafka wipes its sensitive values */
+    free(conf);
+}
+
+int wxg_conf_load_string(wxg_conf_t *conf, const char *text, size_t len, const char *origin,
+                         char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    if (conf == NULL || text == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
+    }
+    if (origin == NULL)
+        origin = "(text)";
+    if (len > FILE_MAX) {
+        errf(errstr, errstr_size, "%s: larger than %d bytes", origin, FILE_MAX);
+        return WXG_ECONFIG;
+    }
+    if (memchr(text, '\0', len) != NULL) {
+        errf(errstr, errstr_size, "%s: holds a NUL byte (not a text file)", origin);
+        return WXG_ECONFIG;
+    }
+    char *copy = xstrndup(text, len);
+    if (copy == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        return WXG_ENOMEM;
+    }
+    int srcid = conf->next_srcid++;
+    char *line = copy;
+    if (len >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0)
+        line += 3; /* a UTF-8 byte order mark left by some editors */
+    for (size_t lineno = 1; line != NULL; lineno++) {
+        char *nl = strchr(line, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        char *s = trim(line);
+        line = nl ? nl + 1 : NULL;
+        if (*s == '\0' || *s == '#' || *s == '!')
+            continue;
+        char where[512];
+        snprintf(where, sizeof where, "file %s:%zu", origin, lineno);
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            errf(errstr, errstr_size, "%s: expected key = value", where);
+            rc = WXG_ECONFIG;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s);
+        char *value = trim(eq + 1);
+        rc = conf_put(conf, key, value, RANK_FILE, srcid, where, errstr, errstr_size);
+        if (rc != 0)
+            break;
+    }
+    explicit_bzero(copy, len); /* the text may hold secrets */
+    free(copy);
+    return rc;
+}
+
+int wxg_conf_load_file(wxg_conf_t *conf, const char *path, char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    char *buf = NULL;
+    size_t len = 0;
+    if (conf == NULL || path == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        errf(errstr, errstr_size, "%s: cannot open: %s", path, strerror(errno));
+        return WXG_EIO;
+    }
+    buf = malloc(FILE_MAX + 1);
+    if (buf == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        rc = WXG_ENOMEM;
+        goto out;
+    }
+    len = fread(buf, 1, FILE_MAX + 1, f);
+    if (ferror(f)) {
+        errf(errstr, errstr_size, "%s: read error", path);
+        rc = WXG_EIO;
+        goto out;
+    }
+    rc = wxg_conf_load_string(conf, buf, len, path, errstr, errstr_size);
+out:
+    if (buf != NULL) {
+        explicit_bzero(buf, len);
+        free(buf);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The WXG_ variable name of a table key: upper case, '.' and '-' as '_'. */
+static void env_name(const char *key, char *buf, size_t size)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf, size, "WXG_");
+    for (const char *p = key; *p && o + 1 < size; p++) {
+        char c = *p;
+        buf[o++] = (c == '.' || c == '-') ? '_' : (char)toupper((unsigned char)c);
+    }
+    buf[o < size ? o : size - 1] = '\0';
+}
+
+/* lower-case, '_' -> '.' (when dots), into buf. */
+static void env_prop(const char *s, size_t n, int dots, char *buf, size_t size)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < size; i++) {
+        char c = (char)tolower((unsigned char)s[i]);
+        buf[o++] = (dots && c == '_') ? '.' : c;
+    }
+    buf[o] = '\0';
+}
+
+/* Whether librdkafka knows `prop`: setting the value on a throw-away configuration tells. */
+static int kafka_knows(const char *prop, const char *value)
+{
+    char why[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    if (c == NULL)
+        return 0;
+    rd_kafka_conf_res_t res = rd_kafka_conf_set(c, prop, value, why, sizeof why);
+    rd_kafka_conf_destroy(c);
+    return res != RD_KAFKA_CONF_UNKNOWN;
+}
+
+int wxg_conf_load_env(wxg_conf_t *conf, const char *const *envp, char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    if (conf == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
+    }
+    if (envp == NULL)
+        envp = (const char *const *)environ;
+    int srcid = conf->next_srcid++;
+    for (size_t i = 0; envp[i] != NULL && rc == 0; i++) {
+        const char *var = envp[i];
+        const char *eq = strchr(var, '=');
+        if (!has_prefix(var, "WXG_") || eq == NULL)
+            continue;
+        size_t nlen = (size_t)(eq - var);
+        const char *value = eq + 1;
+        char name[256];
+        char key[512];
+        char origin[300];
+        if (nlen >= sizeof name)
+            continue;
+        memcpy(name, var, nlen);
+        name[nlen] = '\0';
+        snprintf(origin, sizeof origin, "env %s", name);
+        key[0] = '\0';
+        for (size_t k = 0; k < NKEYS; k++) {
+            char en[256];
+            env_name(keys[k].name, en, sizeof en);
+            if (strcmp(en, name) == 0) {
+                snprintf(key, sizeof key, "%s", keys[k].name);
+                break;
+            }
+        }
+        if (key[0] == '\0' && has_prefix(name, "WXG_KAFKA__") && nlen > 11) {
+            char prop[256];
+            env_prop(name + 11, nlen - 11, 1, prop, sizeof prop);
+            if (!kafka_knows(prop, value))
+                env_prop(name + 11, nlen - 11, 0, prop, sizeof prop);
+            snprintf(key, sizeof key, "kafka.%s", prop);
+        } else if (key[0] == '\0' && has_prefix(name, "WXG_PLUGIN__")) {
+            const char *pname = name + 12;
+            const char *sep = strstr(pname, "__");
+            if (sep != NULL && sep > pname && sep[2] != '\0') {
+                char plugin[128], prop[128];
+                env_prop(pname, (size_t)(sep - pname), 0, plugin, sizeof plugin);
+                env_prop(sep + 2, strlen(sep + 2), 1, prop, sizeof prop);
+                snprintf(key, sizeof key, "plugin.%s.%s", plugin, prop);
+            }
+        }
+        if (key[0] == '\0') {
+            rc = warn(conf, "environment variable %s is not a configuration key; ignored", name);
+            continue;
+        }
+        rc = conf_put(conf, key, value, RANK_ENV, srcid, origin, errstr, errstr_size);
+    }
+    return rc;
+}
+
+int wxg_conf_set(wxg_conf_t *conf, const char *key, const char *value, char *errstr,
+                 size_t errstr_size)
+{
+    if (conf == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
+    }
+    if (conf->cli_srcid < 0)
+        conf->cli_srcid = conf->next_srcid++;
+    return conf_put(conf, key, value, RANK_CLI, conf->cli_srcid, "--set", errstr, errstr_size);
+}
+
+int wxg_conf_set_arg(wxg_conf_t *conf, const char *arg, char *errstr, size_t errstr_size)
+{
+    if (conf == NULL || arg == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
+    }
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL) {
+        char echo[ECHO_MAX + 16];
+        echo_value(arg, echo, sizeof echo);
+        errf(errstr, errstr_size, "--set %s: expected key=value", echo);
+        return WXG_ECONFIG;
+    }
+    char *key = xstrndup(arg, (size_t)(eq - arg));
+    if (key == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        return WXG_ENOMEM;
+    }
+    int rc = wxg_conf_set(conf, trim(key), eq + 1, errstr, errstr_size);
+    free(key);
+    return rc;
+}
+
+static const entry *lookup(const wxg_conf_t *conf, const char *key)
+{
+    if (conf == NULL || key == NULL)
+        return NULL;
+    long idx = keydef_index(key);
+    if (idx >= 0)
+        return &conf->tab[idx];
+    return extra_find(conf, key);
+}
+
+int wxg_conf_check(wxg_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    if (conf == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
+    }
+    for (size_t i = 0; i < NKEYS; i++) {
+        const wxg_conf_keydef_t *def = &keys[i];
+        const entry *e = &conf->tab[i];
+        if (!(def->flags & WXG_CONF_REQUIRED) || !(def->programs & conf->program))
+            continue;
+        if (e->value[0] == '\0') {
+            char en[256];
+            env_name(def->name, en, sizeof en);
+            errf(errstr, errstr_size,
+                 "%s: required but not set (set it in the file, with %s or with --set %s=...)",
+                 def->name, en, def->name);
+            return WXG_ECONFIG;
+        }
+    }
+    if (conf->program & WXG_PROG_CONSUMER) {
+        int64_t lo = wxg_conf_int(conf, "consumer.retry.backoff.initial.ms");
+        int64_t hi = wxg_conf_int(conf, "consumer.retry.backoff.max.ms");
+        if (lo > hi) {
+            errf(errstr, errstr_size,
+                 "consumer.retry.backoff.initial.ms (%s) is larger than "
+                 "consumer.retry.backoff.max.ms (%s)",
+                 wxg_conf_get(conf, "consumer.retry.backoff.initial.ms"),
+                 wxg_conf_get(conf, "consumer.retry.backoff.max.ms"));
+            return WXG_ECONFIG;
+        }
+        if (wxg_conf_int(conf, "consumer.batch.max") >
+            wxg_conf_int(conf, "consumer.queue.capacity")) {
+            errf(errstr, errstr_size,
+                 "consumer.batch.max (%s) is larger than consumer.queue.capacity (%s)",
+                 wxg_conf_get(conf, "consumer.batch.max"),
+                 wxg_conf_get(conf, "consumer.queue.capacity"));
+            return WXG_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+wxg_conf_t *wxg_conf_load(unsigned program, const char *path, const char *const *envp,
+                          const char *const *sets, size_t nsets, char *errstr, size_t errstr_size)
+{
+    wxg_conf_t *conf = wxg_conf_new(program, errstr, errstr_size);
+    if (conf == NULL)
+        return NULL;
+    if (path != NULL && wxg_conf_load_file(conf, path, errstr, errstr_size) != 0)
+        goto fail;
+    if (wxg_conf_load_env(conf, envp, errstr, errstr_size) != 0)
+        goto fail;
+    for (size_t i = 0; i < nsets; i++) {
+        if (wxg_conf_set_arg(conf, sets[i], errstr, errstr_size) != 0)
+            goto fail;
+    }
+    if (wxg_conf_check(conf, errstr, errstr_size) != 0)
+        goto fail;
+    return conf;
+fail:
+    wxg_conf_free(conf);
+    return NULL;
+}
+
+/* ---- getters ------------------------------------------------------------------------------- */
+
+const char *wxg_conf_get(const wxg_conf_t *conf, const char *key)
+{
+    const entry *e = lookup(conf, key);
+    return e != NULL ? e->value : NULL;
+}
+
+const char *wxg_conf_origin(const wxg_conf_t *conf, const char *key)
+{
+    const entry *e = lookup(conf, key);
+    return e != NULL ? e->origin : NULL;
+}
+
+int wxg_conf_get_int(const wxg_conf_t *conf, const char *key, int64_t *out)
+{
+    long idx = keydef_index(key);
+    if (conf == NULL || idx < 0)
+        return WXG_ENOTFOUND;
+    switch (keys[idx].type) {
+    case WXG_CONF_INT:
+    case WXG_CONF_DURATION:
+    case WXG_CONF_SIZE:
+    case WXG_CONF_BOOL:
+        if (out != NULL)
+            *out = conf->tab[idx].num;
+        return 0;
+    default:
+        return WXG_EINVAL;
+    }
+}
+
+int64_t wxg_conf_int(const wxg_conf_t *conf, const char *key)
+{
+    int64_t v = 0;
+    return wxg_conf_get_int(conf, key, &v) == 0 ? v : 0;
+}
+
+int wxg_conf_bool(const wxg_conf_t *conf, const char *key)
+{
+    const wxg_conf_keydef_t *def = wxg_conf_keydef_find(key);
+    if (def == NULL || def->type != WXG_CONF_BOOL)
+        return 0;
+    return wxg_conf_int(conf, key) != 0;
+}
+
+size_t wxg_conf_list(const wxg_conf_t *conf, const char *key, const char *const **items)
+{
+    long idx = keydef_index(key);
+    if (conf == NULL || idx < 0 || keys[idx].type != WXG_CONF_LIST)
+        return 0;
+    if (items != NULL)
+        *items = (const char *const *)conf->tab[idx].items;
+    return conf->tab[idx].nitems;
+}
+
+size_t wxg_conf_warning_count(const wxg_conf_t *conf)
+{
+    return conf != NULL ? conf->nwarn : 0;
+}
+
+const char *wxg_conf_warning(const wxg_conf_t *conf, size_t i)
+{
+    return (conf != NULL && i < conf->nwarn) ? conf->warnings[i] : NULL;
+}
+
+static int cmp_entry_ptr(const void *a, const void *b)
+{
+    const entry *x = *(const entry *const *)a;
+    const entry *y = *(const entry *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+static int print_entry(const entry *e, FILE *out)
+{
+    if (e->rank != RANK_DEFAULT && fprintf(out, "# from %s\n", e->origin) < 0)
+        return WXG_EIO;
+    const char *v = (e->secret && e->value[0] != '\0') ? "***" : e->value;
+    if (fprintf(out, "%s = %s\n", e->key, v) < 0)
+        return WXG_EIO;
+    return 0;
+}
+
+int wxg_conf_print(const wxg_conf_t *conf, FILE *out)
+{
+    int rc = 0;
+    const entry **sorted = NULL;
+    if (conf == NULL || out == NULL)
+        return WXG_EINVAL;
+    if (fprintf(out, "# effective configuration (secrets are shown as ***)\n") < 0)
+        return WXG_EIO;
+    for (size_t i = 0; i < NKEYS && rc == 0; i++) {
+        if (keys[i].programs & conf->program)
+            rc = print_entry(&conf->tab[i], out);
+    }
+    if (rc != 0 || conf->nextra == 0)
+        return rc;
+    sorted = malloc(conf->nextra * sizeof *sorted);
+    if (sorted == NULL)
+        return WXG_ENOMEM;
+    for (size_t i = 0; i < conf->nextra; i++)
+        sorted[i] = &conf->extra[i];
+    qsort(sorted, conf->nextra, sizeof *sorted, cmp_entry_ptr);
+    for (size_t i = 0; i < conf->nextra && rc == 0; i++)
+        rc = print_entry(sorted[i], out);
+    free(sorted);
+    if (rc == 0 && fflush(out) != 0)
+        rc = WXG_EIO;
+    return rc;
+}
+
+/* ---- hand-offs ----------------------------------------------------------------------------- */
+
+static int kafka_apply(rd_kafka_conf_t *rk, const entry *e, char *errstr, size_t errstr_size)
+{
+    char why[512];
+    if (!has_prefix(e->key, "kafka.") || e->value[0] == '\0')
+        return 0;
+    if (rd_kafka_conf_set(rk, e->key + 6, e->value, why, sizeof why) != RD_KAFKA_CONF_OK) {
+        errf(errstr, errstr_size, "%s: librdkafka refused the value%s%s", e->key,
+             e->secret ? "" : ": ", e->secret ? "" : why);
+        return WXG_ECONFIG;
+    }
+    return 0;
+}
+
+struct rd_kafka_conf_s *wxg_conf_kafka(const wxg_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    if (conf == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return NULL;
+    }
+    rd_kafka_conf_t *rk = rd_kafka_conf_new();
+    if (rk == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (kafka_apply(rk, &conf->tab[i], errstr, errstr_size) != 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < conf->nextra; i++) {
+        if (kafka_apply(rk, &conf->extra[i], errstr, errstr_size) != 0)
+            goto fail;
+    }
+    return rk;
+fail:
+    rd_kafka_conf_destroy(rk);
+    return NULL;
+}
+
+static int cmp_kv(const void *a, const void *b)
+{
+    return strcmp(((const wxg_conf_kv_t *)a)->key, ((const wxg_conf_kv_t *)b)->key);
+}
+
+void wxg_conf_map_free(wxg_conf_map_t *map)
+{
+    if (map == NULL)
+        return;
+    for (size_t i = 0; i < map->count; i++) {
+        wipe_free((char *)map->items[i].value, 1);
+        free((char *)map->items[i].key);
+    }
+    free((void *)map->items);
+    free(map);
+}
+
+wxg_conf_map_t *wxg_conf_plugin_map(const wxg_conf_t *conf, const char *plugin)
+{
+    char prefix[256];
+    wxg_conf_kv_t *items = NULL;
+    size_t n = 0;
+    if (conf == NULL || plugin == NULL)
+        return NULL;
+    int plen = snprintf(prefix, sizeof prefix, "plugin.%s.", plugin);
+    if (plen < 0 || (size_t)plen >= sizeof prefix)
+        return NULL;
+    wxg_conf_map_t *map = calloc(1, sizeof *map);
+    items = calloc(NKEYS + conf->nextra + 1, sizeof *items);
+    if (map == NULL || items == NULL)
+        goto fail;
+    map->items = items;
+    for (size_t pass = 0; pass < 2; pass++) {
+        size_t count = pass == 0 ? NKEYS : conf->nextra;
+        for (size_t i = 0; i < count; i++) {
+            const entry *e = pass == 0 ? &conf->tab[i] : &conf->extra[i];
+            if (!has_prefix(e->key, prefix))
+                continue;
+            items[n].key = xstrdup(e->key + plen);
+            items[n].value = xstrdup(e->value);
+            n++;
+            map->count = n;
+            if (items[n - 1].key == NULL || items[n - 1].value == NULL)
+                goto fail;
+        }
+    }
+    qsort(items, n, sizeof *items, cmp_kv);
+    return map;
+fail:
+    if (map == NULL)
+        free(items);
+    wxg_conf_map_free(map);
+    return NULL;
+}
+
+const char *wxg_conf_map_get(const wxg_conf_map_t *map, const char *key)
+{
+    if (map == NULL || key == NULL)
+        return NULL;
+    for (size_t i = 0; i < map->count; i++) {
+        if (strcmp(map->items[i].key, key) == 0)
+            return map->items[i].value;
+    }
+    return NULL;
+}

@@ -1,0 +1,525 @@
+/* Unit tests for lib/conf.c: the key table, the four sources and their precedence, refusal of
+ * unknown keys and bad values with the key named, units and ranges, secrets kept out of output,
+ * the environment mapping, kafka.* validation by librdkafka, and plugin sub-maps. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "wxguard/conf.h"
+#include "wxguard/err.h"
+#include "testenv.h"
+
+#define ERRSZ 512
+
+static wxg_conf_t *new_conf(unsigned prog)
+{
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = wxg_conf_new(prog, err, sizeof err);
+    if (c == NULL)
+        fail_msg("wxg_conf_new: %s", err);
+    return c;
+}
+
+static int load(wxg_conf_t *c, const char *text, char *err)
+{
+    return wxg_conf_load_string(c, text, strlen(text), "test.conf", err, ERRSZ);
+}
+
+/* Captures what wxg_conf_print writes. */
+static char *print_to_string(const wxg_conf_t *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(wxg_conf_print(c, f), 0);
+    fclose(f);
+    return buf;
+}
+
+static void every_default_in_the_table_is_valid_and_described(void **state)
+{
+    (void)state;
+    assert_true(wxg_conf_keydef_count() > 30);
+    for (size_t i = 0; i < wxg_conf_keydef_count(); i++) {
+        const wxg_conf_keydef_t *d = wxg_conf_keydef_at(i);
+        assert_non_null(d->name);
+        assert_non_null(d->def);
+        assert_true(strlen(d->desc) > 10);
+        assert_true(d->programs != 0);
+        assert_ptr_equal(wxg_conf_keydef_find(d->name), d);
+        for (size_t j = i + 1; j < wxg_conf_keydef_count(); j++)
+            assert_string_not_equal(d->name, wxg_conf_keydef_at(j)->name);
+    }
+    assert_null(wxg_conf_keydef_at(wxg_conf_keydef_count()));
+    /* Every program gets a conf from the defaults alone (wxg_conf_new parses each default). */
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_int(c, "consumer.workers"), 4);
+    assert_int_equal(wxg_conf_int(c, "guard.done.retention"), 7LL * 24 * 3600 * 1000);
+    assert_int_equal(wxg_conf_int(c, "consumer.max.message.bytes"), 1024 * 1024);
+    assert_string_equal(wxg_conf_get(c, "log.format"), "kv");
+    assert_string_equal(wxg_conf_origin(c, "log.format"), "default");
+    wxg_conf_free(c);
+}
+
+static void later_sources_win_whatever_the_call_order(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    /* --set first, then env, then file: precedence still default < file < env < --set. */
+    assert_int_equal(wxg_conf_set_arg(c, "consumer.workers=9", err, sizeof err), 0);
+    const char *env[] = {"WXG_CONSUMER_WORKERS=7", "WXG_REDIS_PORT=6400", NULL};
+    assert_int_equal(wxg_conf_load_env(c, env, err, sizeof err), 0);
+    assert_int_equal(load(c,
+                          "# comment\n! also a comment\n  consumer.workers = 5  \n"
+                          "redis.port=6390\nredis.db = 3\n",
+                          err),
+                     0);
+    assert_int_equal(wxg_conf_int(c, "consumer.workers"), 9);
+    assert_string_equal(wxg_conf_origin(c, "consumer.workers"), "--set");
+    assert_int_equal(wxg_conf_int(c, "redis.port"), 6400);
+    assert_string_equal(wxg_conf_origin(c, "redis.port"), "env WXG_REDIS_PORT");
+    assert_int_equal(wxg_conf_int(c, "redis.db"), 3);
+    assert_string_equal(wxg_conf_origin(c, "redis.db"), "file test.conf:5");
+    assert_int_equal(wxg_conf_int(c, "redis.connect.timeout.ms"), 2000);
+    wxg_conf_free(c);
+}
+
+static void a_key_twice_in_one_file_is_refused_naming_both_lines(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c, "redis.port = 1\n\nredis.port = 2\n", err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.port is set twice"));
+    assert_non_null(strstr(err, "test.conf:1"));
+    assert_non_null(strstr(err, "test.conf:3"));
+    wxg_conf_free(c);
+
+    /* A --set given twice: the last wins, with a warning. */
+    c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_set_arg(c, "redis.port=1", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "redis.port=2", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_int(c, "redis.port"), 2);
+    assert_int_equal(wxg_conf_warning_count(c), 1);
+    assert_non_null(strstr(wxg_conf_warning(c, 0), "redis.port is set more than once"));
+    wxg_conf_free(c);
+}
+
+static void unknown_keys_are_refused_with_the_key_named(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c, "redis.port = 6379\nconsumer.worker = 3\n", err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "unknown configuration key \"consumer.worker\""));
+    assert_non_null(strstr(err, "test.conf:2"));
+    assert_non_null(strstr(err, "did you mean \"consumer.workers\""));
+    assert_int_equal(wxg_conf_set_arg(c, "bogus=1", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "\"bogus\""));
+    assert_int_equal(wxg_conf_set_arg(c, "no equals sign", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "expected key=value"));
+    assert_int_equal(load(c, "just words\n", err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "test.conf:1: expected key = value"));
+    assert_int_equal(wxg_conf_set(c, "bad key", "1", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "invalid configuration key"));
+    wxg_conf_free(c);
+}
+
+static void bad_values_are_refused_with_key_and_origin(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *arg;
+        const char *needle;
+    } cases[] = {
+        {"consumer.workers=abc", "consumer.workers: \"abc\" is not an integer"},
+        {"consumer.workers=0", "consumer.workers: \"0\" is out of range (1 .. 256)"},
+        {"consumer.workers=257", "out of range (1 .. 256)"},
+        {"consumer.workers= 4x", "is not an integer"},
+        {"consumer.workers=99999999999999999999", "is not an integer"},
+        {"redis.port=65536", "redis.port: \"65536\" is out of range (1 .. 65535)"},
+        {"log.personal.ids=maybe", "log.personal.ids: \"maybe\" is not a boolean"},
+        {"log.format=xml", "log.format: \"xml\" is not one of kv | json"},
+        {"guard.done.retention=604800", "guard.done.retention: \"604800\" is not a duration"},
+        {"guard.done.retention=10s", "is out of range (1m .. 365d)"},
+        {"guard.lease.ms=5w", "guard.lease.ms: \"5w\" is not a duration"},
+        {"guard.lease.ms=-5s", "is not a duration"},
+        {"consumer.max.message.bytes=1MB", "is not a size"},
+        {"consumer.max.message.bytes=100", "is out of range (1KiB .. 64MiB)"},
+        {"consumer.topics=a,,b", "consumer.topics: \"a,,b\" has an empty item"},
+        {"consumer.topics=a,b,a", "names \"a\" twice"},
+        {"consumer.topics=a/b", "a topic name may hold only"},
+        {"plugins=record,record", "names \"record\" twice"},
+        {"metrics.listen=localhost", "metrics.listen: \"localhost\" is not host:port"},
+        {"metrics.listen=::1:80", "is not host:port"},
+        {"metrics.listen=127.0.0.1:70000", "is not host:port"},
+        {"redis.key.prefix=wx{g}", "redis.key.prefix: \"wx{g}\": may hold only"},
+        {"kafka.group.id=", "kafka.group.id: must not be empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[ERRSZ] = "";
+        wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+        int rc = wxg_conf_set_arg(c, cases[i].arg, err, sizeof err);
+        if (rc != WXG_ECONFIG || strstr(err, cases[i].needle) == NULL)
+            fail_msg("--set %s: rc %d, err \"%s\", expected \"%s\"", cases[i].arg, rc, err,
+                     cases[i].needle);
+        assert_non_null(strstr(err, "(--set)"));
+        wxg_conf_free(c);
+    }
+    /* A control character in a value is refused wherever it comes from. */
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_set(c, "redis.host", "a\x1b[31mb", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.host: the value holds a control character"));
+    wxg_conf_free(c);
+}
+
+static void units_and_bounds_parse_exactly(void **state)
+{
+    (void)state;
+    int64_t v = 0;
+    int b = -1;
+    assert_int_equal(wxg_conf_parse_duration_ms("250ms", 0, &v), 0);
+    assert_int_equal(v, 250);
+    assert_int_equal(wxg_conf_parse_duration_ms("3s", 0, &v), 0);
+    assert_int_equal(v, 3000);
+    assert_int_equal(wxg_conf_parse_duration_ms("2m", 0, &v), 0);
+    assert_int_equal(v, 120000);
+    assert_int_equal(wxg_conf_parse_duration_ms("1h", 0, &v), 0);
+    assert_int_equal(v, 3600000);
+    assert_int_equal(wxg_conf_parse_duration_ms("7d", 0, &v), 0);
+    assert_int_equal(v, 604800000);
+    assert_int_equal(wxg_conf_parse_duration_ms("42", 1, &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(wxg_conf_parse_duration_ms("42", 0, &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_duration_ms("1.5s", 0, &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_duration_ms("9223372036854775807d", 0, &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_duration_ms(" 5s", 0, &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_duration_ms("", 1, &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_size("512", &v), 0);
+    assert_int_equal(v, 512);
+    assert_int_equal(wxg_conf_parse_size("4K", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(wxg_conf_parse_size("3MiB", &v), 0);
+    assert_int_equal(v, 3 * 1024 * 1024);
+    assert_int_equal(wxg_conf_parse_size("2G", &v), 0);
+    assert_int_equal(v, 2LL * 1024 * 1024 * 1024);
+    assert_int_equal(wxg_conf_parse_size("10kb", &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_size("-1", &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_size("9007199254740993G", &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_int("-12", &v), 0);
+    assert_int_equal(v, -12);
+    assert_int_equal(wxg_conf_parse_int("9223372036854775808", &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_int("0x10", &v), WXG_ECONFIG);
+    assert_int_equal(wxg_conf_parse_bool("YES", &b), 0);
+    assert_int_equal(b, 1);
+    assert_int_equal(wxg_conf_parse_bool("off", &b), 0);
+    assert_int_equal(b, 0);
+
+    char host[64];
+    int port = -1;
+    assert_int_equal(wxg_conf_parse_addr("127.0.0.1:0", host, sizeof host, &port), 0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 0);
+    assert_int_equal(wxg_conf_parse_addr("[::1]:9090", host, sizeof host, &port), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 9090);
+    assert_int_equal(wxg_conf_parse_addr(":80", host, sizeof host, &port), WXG_ECONFIG);
+
+    /* Values set through the conf come back in ms and bytes. */
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_set_arg(c, "guard.done.retention=36h", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "consumer.drain.timeout.ms=1500", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "log.field.max.bytes=1K", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "log.content=on", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_int(c, "guard.done.retention"), 36LL * 3600 * 1000);
+    assert_int_equal(wxg_conf_int(c, "consumer.drain.timeout.ms"), 1500);
+    assert_int_equal(wxg_conf_int(c, "log.field.max.bytes"), 1024);
+    assert_int_equal(wxg_conf_bool(c, "log.content"), 1);
+    assert_string_equal(wxg_conf_get(c, "guard.done.retention"), "36h");
+    /* The checked getter tells an unknown key from a key of another type. */
+    int64_t out = 0;
+    assert_int_equal(wxg_conf_get_int(c, "no.such.key", &out), WXG_ENOTFOUND);
+    assert_int_equal(wxg_conf_get_int(c, "redis.host", &out), WXG_EINVAL);
+    wxg_conf_free(c);
+}
+
+static void lists_split_and_trim(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    const char *const *items = NULL;
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c, "plugins = record , noop,fail\nconsumer.topics = t1, t2\n", err), 0);
+    assert_int_equal(wxg_conf_list(c, "plugins", &items), 3);
+    assert_string_equal(items[0], "record");
+    assert_string_equal(items[1], "noop");
+    assert_string_equal(items[2], "fail");
+    assert_int_equal(wxg_conf_list(c, "consumer.topics", &items), 2);
+    assert_string_equal(items[1], "t2");
+    assert_int_equal(wxg_conf_list(c, "redis.host", &items), 0);
+    wxg_conf_free(c);
+}
+
+static void check_refuses_missing_required_keys_and_inconsistent_pairs(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_check(c, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "kafka.bootstrap.servers: required but not set"));
+    assert_non_null(strstr(err, "WXG_KAFKA_BOOTSTRAP_SERVERS"));
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.bootstrap.servers=127.0.0.1:9092", err, ERRSZ), 0);
+    assert_int_equal(wxg_conf_check(c, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "plugins: required but not set"));
+    assert_int_equal(wxg_conf_set_arg(c, "plugins=noop", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_check(c, err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "consumer.retry.backoff.initial.ms=1m", err, ERRSZ), 0);
+    assert_int_equal(wxg_conf_check(c, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "consumer.retry.backoff.initial.ms (1m) is larger than"));
+    wxg_conf_free(c);
+
+    /* The ingest program does not need plugins, and warns about a consumer-only key. */
+    c = new_conf(WXG_PROG_INGEST);
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.bootstrap.servers=127.0.0.1:9092", err, ERRSZ), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "consumer.workers=2", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_check(c, err, sizeof err), 0);
+    assert_int_equal(wxg_conf_warning_count(c), 1);
+    assert_non_null(strstr(wxg_conf_warning(c, 0), "consumer.workers is not used by this program"));
+    wxg_conf_free(c);
+}
+
+static void secrets_never_appear_in_print_or_errors(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c,
+                          "redis.password = s3cr3t-redis\nkafka.sasl.password = s3cr3t-sasl\n"
+                          "kafka.sasl.username = alice-user\nplugin.pg.db.password = s3cr3t-pg\n"
+                          "plugin.pg.table = effects\nlog.id.salt = s3cr3t-salt\n",
+                          err),
+                     0);
+    char *out = print_to_string(c);
+    assert_null(strstr(out, "s3cr3t"));
+    assert_null(strstr(out, "alice-user"));
+    assert_non_null(strstr(out, "redis.password = ***\n"));
+    assert_non_null(strstr(out, "kafka.sasl.password = ***\n"));
+    assert_non_null(strstr(out, "kafka.sasl.username = ***\n"));
+    assert_non_null(strstr(out, "plugin.pg.db.password = ***\n"));
+    assert_non_null(strstr(out, "plugin.pg.table = effects\n"));
+    assert_non_null(strstr(out, "# from file test.conf:1\nredis.password = ***\n"));
+    assert_non_null(strstr(out, "consumer.workers = 4\n"));
+    assert_null(strstr(out, "ingest.listen")); /* not a consumer key */
+    free(out);
+    /* The value still reaches the code that needs it. */
+    assert_string_equal(wxg_conf_get(c, "redis.password"), "s3cr3t-redis");
+    /* A secret that is too long is refused without being echoed. */
+    char longpw[600];
+    memset(longpw, 'p', sizeof longpw - 1);
+    longpw[sizeof longpw - 1] = '\0';
+    assert_int_equal(wxg_conf_set(c, "redis.password", longpw, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.password: the value is longer than 512 bytes"));
+    assert_null(strstr(err, "ppp"));
+    /* librdkafka's message for a refused secret (which may quote it) is not passed on. */
+    assert_true(wxg_conf_key_is_secret("kafka.ssl.key.password"));
+    assert_true(wxg_conf_key_is_secret("kafka.sasl.oauthbearer.client.secret"));
+    assert_true(wxg_conf_key_is_secret("plugin.x.api.token"));
+    assert_true(wxg_conf_key_is_secret("plugin.pg.dsn"));
+    assert_false(wxg_conf_key_is_secret("redis.host"));
+    assert_false(wxg_conf_key_is_secret("kafka.bootstrap.servers"));
+    wxg_conf_free(c);
+}
+
+static void environment_names_map_to_keys(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    const char *env[] = {
+        "PATH=/usr/bin",
+        "WXG_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092",
+        "WXG_CONSUMER_RETRY_BACKOFF_MAX_MS=1m",
+        "WXG_PLUGIN_RECORD_PATH=/tmp/effects.jsonl",
+        "WXG_KAFKA__SESSION_TIMEOUT_MS=12000",
+        "WXG_KAFKA__LOG_LEVEL=3",
+        "WXG_PLUGIN__MY_PG__DB_TABLE=effects",
+        "WXG_TEST_SOMETHING_ELSE=1",
+        "WXG_NOVALUE",
+        NULL,
+    };
+    assert_int_equal(wxg_conf_load_env(c, env, err, sizeof err), 0);
+    assert_string_equal(wxg_conf_get(c, "kafka.bootstrap.servers"), "127.0.0.1:19092");
+    assert_int_equal(wxg_conf_int(c, "consumer.retry.backoff.max.ms"), 60000);
+    assert_string_equal(wxg_conf_get(c, "plugin.record.path"), "/tmp/effects.jsonl");
+    assert_string_equal(wxg_conf_get(c, "kafka.session.timeout.ms"), "12000");
+    /* librdkafka's log_level holds '_' itself; the mapping finds it. */
+    assert_string_equal(wxg_conf_get(c, "kafka.log_level"), "3");
+    assert_string_equal(wxg_conf_get(c, "plugin.my_pg.db.table"), "effects");
+    assert_string_equal(wxg_conf_origin(c, "plugin.my_pg.db.table"),
+                        "env WXG_PLUGIN__MY_PG__DB_TABLE");
+    assert_int_equal(wxg_conf_warning_count(c), 1);
+    assert_non_null(strstr(wxg_conf_warning(c, 0), "WXG_TEST_SOMETHING_ELSE"));
+
+    const char *bad[] = {"WXG_REDIS_PORT=notaport", NULL};
+    assert_int_equal(wxg_conf_load_env(c, bad, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.port: \"notaport\" is not an integer (env WXG_REDIS_PORT)"));
+    wxg_conf_free(c);
+}
+
+static void kafka_keys_are_validated_by_librdkafka_and_passed_on(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.no.such.property=1", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "kafka.no.such.property: librdkafka has no property"));
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.fetch.wait.max.ms=soon", err, sizeof err),
+                     WXG_ECONFIG);
+    assert_non_null(strstr(err, "kafka.fetch.wait.max.ms: librdkafka refused the value"));
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.enable.auto.offset.store=true", err, ERRSZ),
+                     WXG_ECONFIG);
+    assert_non_null(strstr(err, "kafka.enable.auto.offset.store: cannot be set"));
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.security.protocol=pigeon", err, ERRSZ),
+                     WXG_ECONFIG);
+    assert_non_null(strstr(err, "kafka.security.protocol: librdkafka refused the value"));
+    /* A topic-level property goes through too (librdkafka keeps it in the default topic conf). */
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.auto.offset.reset=earliest", err, ERRSZ), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.client.id=wxg-test", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.bootstrap.servers=127.0.0.1:1", err, ERRSZ), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "kafka.sasl.password=pw", err, sizeof err), 0);
+
+    rd_kafka_conf_t *rk = wxg_conf_kafka(c, err, sizeof err);
+    assert_non_null(rk);
+    char buf[256];
+    size_t sz = sizeof buf;
+    assert_int_equal(rd_kafka_conf_get(rk, "client.id", buf, &sz), RD_KAFKA_CONF_OK);
+    assert_string_equal(buf, "wxg-test");
+    sz = sizeof buf;
+    assert_int_equal(rd_kafka_conf_get(rk, "bootstrap.servers", buf, &sz), RD_KAFKA_CONF_OK);
+    assert_string_equal(buf, "127.0.0.1:1");
+    sz = sizeof buf;
+    assert_int_equal(rd_kafka_conf_get(rk, "group.id", buf, &sz), RD_KAFKA_CONF_OK);
+    assert_string_equal(buf, "wxguard");
+    rd_kafka_conf_destroy(rk);
+    wxg_conf_free(c);
+}
+
+static void plugin_keys_form_a_sub_map_per_plugin(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c,
+                          "plugin.record.path = /var/lib/wxg/effects.jsonl\n"
+                          "plugin.fail.mode = every\nplugin.fail.every = 3\n"
+                          "plugin.failx.y = z\n",
+                          err),
+                     0);
+    /* record declares its keys in the table: an undeclared one is refused. */
+    assert_int_equal(wxg_conf_set_arg(c, "plugin.record.pth=/x", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "unknown configuration key \"plugin.record.pth\""));
+    assert_non_null(strstr(err, "did you mean \"plugin.record.path\""));
+    assert_int_equal(wxg_conf_set_arg(c, "plugin.nodot=1", err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "plugin.<name>.<property>"));
+
+    wxg_conf_map_t *m = wxg_conf_plugin_map(c, "fail");
+    assert_non_null(m);
+    assert_int_equal(m->count, 2);
+    assert_string_equal(m->items[0].key, "every");
+    assert_string_equal(m->items[0].value, "3");
+    assert_string_equal(wxg_conf_map_get(m, "mode"), "every");
+    assert_null(wxg_conf_map_get(m, "y"));
+    wxg_conf_map_free(m);
+
+    m = wxg_conf_plugin_map(c, "record");
+    assert_non_null(m);
+    assert_int_equal(m->count, 1);
+    assert_string_equal(wxg_conf_map_get(m, "path"), "/var/lib/wxg/effects.jsonl");
+    wxg_conf_map_free(m);
+
+    m = wxg_conf_plugin_map(c, "none");
+    assert_non_null(m);
+    assert_int_equal(m->count, 0);
+    wxg_conf_map_free(m);
+    wxg_conf_map_free(NULL);
+    wxg_conf_free(c);
+}
+
+static void load_reads_a_file_and_runs_every_source(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    char *dir = wxg_test_mkdtemp("wxg-conf");
+    assert_non_null(dir);
+    char path[512];
+    snprintf(path, sizeof path, "%s/wxguard.conf", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("\xEF\xBB\xBFkafka.bootstrap.servers = 127.0.0.1:9092\r\nplugins = record\r\n"
+          "plugin.record.path = /tmp/x # not a comment\r\nconsumer.workers = 2\r\n",
+          f);
+    fclose(f);
+    const char *env[] = {"WXG_CONSUMER_WORKERS=3", NULL};
+    const char *sets[] = {"consumer.batch.max=8"};
+    wxg_conf_t *c = wxg_conf_load(WXG_PROG_CONSUMER, path, env, sets, 1, err, sizeof err);
+    if (c == NULL)
+        fail_msg("wxg_conf_load: %s", err);
+    assert_int_equal(wxg_conf_int(c, "consumer.workers"), 3);
+    assert_int_equal(wxg_conf_int(c, "consumer.batch.max"), 8);
+    assert_string_equal(wxg_conf_get(c, "plugin.record.path"), "/tmp/x # not a comment");
+    wxg_conf_free(c);
+
+    snprintf(path, sizeof path, "%s/missing.conf", dir);
+    assert_null(wxg_conf_load(WXG_PROG_CONSUMER, path, env, NULL, 0, err, sizeof err));
+    assert_non_null(strstr(err, "missing.conf: cannot open"));
+    wxg_test_rmtree(dir);
+    free(dir);
+}
+
+static void reference_ranges_read_like_the_docs(void **state)
+{
+    (void)state;
+    char buf[128];
+    wxg_conf_describe_range(wxg_conf_keydef_find("guard.lease.ms"), buf, sizeof buf);
+    assert_string_equal(buf, "100ms .. 1h");
+    wxg_conf_describe_range(wxg_conf_keydef_find("log.format"), buf, sizeof buf);
+    assert_string_equal(buf, "kv | json");
+    wxg_conf_describe_range(wxg_conf_keydef_find("ingest.max.body.bytes"), buf, sizeof buf);
+    assert_string_equal(buf, "1KiB .. 64MiB");
+    wxg_conf_describe_range(wxg_conf_keydef_find("plugins"), buf, sizeof buf);
+    assert_string_equal(buf, "1 .. 32 items");
+    assert_string_equal(wxg_conf_type_name(WXG_CONF_DURATION), "duration");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_default_in_the_table_is_valid_and_described),
+        cmocka_unit_test(later_sources_win_whatever_the_call_order),
+        cmocka_unit_test(a_key_twice_in_one_file_is_refused_naming_both_lines),
+        cmocka_unit_test(unknown_keys_are_refused_with_the_key_named),
+        cmocka_unit_test(bad_values_are_refused_with_key_and_origin),
+        cmocka_unit_test(units_and_bounds_parse_exactly),
+        cmocka_unit_test(lists_split_and_trim),
+        cmocka_unit_test(check_refuses_missing_required_keys_and_inconsistent_pairs),
+        cmocka_unit_test(secrets_never_appear_in_print_or_errors),
+        cmocka_unit_test(environment_names_map_to_keys),
+        cmocka_unit_test(kafka_keys_are_validated_by_librdkafka_and_passed_on),
+        cmocka_unit_test(plugin_keys_form_a_sub_map_per_plugin),
+        cmocka_unit_test(load_reads_a_file_and_runs_every_source),
+        cmocka_unit_test(reference_ranges_read_like_the_docs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
