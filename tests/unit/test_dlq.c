@@ -1,0 +1,154 @@
+/* Unit tests for lib/dlq.c that need no broker: the producer refuses configuration that would
+ * weaken delivery, rejects bad arguments, and a send to a cluster that is not there fails with
+ * an error (never success) once the delivery timeout has passed. The writes that land are
+ * checked against a real broker in tests/integration/test_dlq.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "testenv.h"
+#include "wxguard/dlq.h"
+#include "wxguard/err.h"
+
+static char closed_bootstrap[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    /* A loopback port nothing listens on: connections are refused at once. */
+    snprintf(closed_bootstrap, sizeof closed_bootstrap, "127.0.0.1:%d", wxg_test_free_port());
+    return 0;
+}
+
+static void producer_refuses_settings_that_weaken_delivery(void **state)
+{
+    (void)state;
+    char err[512];
+    wxg_kafka_prop_t no_idem[] = {{"bootstrap.servers", closed_bootstrap},
+                                  {"enable.idempotence", "false"}};
+    assert_null(wxg_producer_new(no_idem, 2, err, sizeof err));
+    assert_non_null(strstr(err, "enable.idempotence"));
+
+    wxg_kafka_prop_t acks1[] = {{"bootstrap.servers", closed_bootstrap}, {"acks", "1"}};
+    assert_null(wxg_producer_new(acks1, 2, err, sizeof err));
+    assert_non_null(strstr(err, "acks"));
+
+    /* The alias of acks cannot slip past the check either. */
+    wxg_kafka_prop_t alias[] = {{"bootstrap.servers", closed_bootstrap},
+                                {"request.required.acks", "0"}};
+    assert_null(wxg_producer_new(alias, 2, err, sizeof err));
+    assert_non_null(strstr(err, "acks"));
+
+    wxg_kafka_prop_t forever[] = {{"bootstrap.servers", closed_bootstrap},
+                                  {"delivery.timeout.ms", "0"}};
+    assert_null(wxg_producer_new(forever, 2, err, sizeof err));
+    assert_non_null(strstr(err, "message.timeout.ms"));
+
+    wxg_kafka_prop_t unknown[] = {{"bootstrap.servers", closed_bootstrap},
+                                  {"no.such.property", "1"}};
+    assert_null(wxg_producer_new(unknown, 2, err, sizeof err));
+    assert_non_null(strstr(err, "no.such.property"));
+
+    wxg_producer_destroy(NULL, 0);
+}
+
+static void producer_reports_its_delivery_timeout(void **state)
+{
+    (void)state;
+    char err[512];
+    wxg_kafka_prop_t dflt[] = {{"bootstrap.servers", closed_bootstrap}};
+    wxg_producer_t *p = wxg_producer_new(dflt, 1, err, sizeof err);
+    assert_non_null(p);
+    assert_int_equal(wxg_producer_delivery_timeout_ms(p), WXG_PRODUCER_DEFAULT_DELIVERY_TIMEOUT_MS);
+    wxg_producer_destroy(p, 0);
+
+    wxg_kafka_prop_t alias[] = {{"bootstrap.servers", closed_bootstrap},
+                                {"delivery.timeout.ms", "1234"}};
+    p = wxg_producer_new(alias, 2, err, sizeof err);
+    assert_non_null(p);
+    assert_int_equal(wxg_producer_delivery_timeout_ms(p), 1234);
+    wxg_producer_destroy(p, 0);
+}
+
+static void bad_arguments_are_refused_before_anything_is_sent(void **state)
+{
+    (void)state;
+    char err[512];
+    wxg_kafka_prop_t props[] = {{"bootstrap.servers", closed_bootstrap}};
+    wxg_producer_t *p = wxg_producer_new(props, 1, err, sizeof err);
+    assert_non_null(p);
+    assert_int_equal(wxg_producer_send(p, NULL, WXG_PARTITION_ANY, NULL, 0, "v", 1, NULL, 0, NULL,
+                                       err, sizeof err),
+                     WXG_EINVAL);
+    assert_int_equal(wxg_producer_send(p, "t", WXG_PARTITION_ANY, NULL, 3, "v", 1, NULL, 0, NULL,
+                                       err, sizeof err),
+                     WXG_EINVAL);
+    assert_int_equal(wxg_producer_send(p, "t", -7, NULL, 0, "v", 1, NULL, 0, NULL, err, sizeof err),
+                     WXG_EINVAL);
+    assert_int_equal(wxg_producer_send(p, "t", WXG_PARTITION_ANY, NULL, 0, "v", 1, NULL, 2, NULL,
+                                       err, sizeof err),
+                     WXG_EINVAL);
+
+    assert_null(wxg_dlq_new(NULL, "dlq", "g", err, sizeof err));
+    assert_null(wxg_dlq_new(p, "", "g", err, sizeof err));
+    wxg_dlq_t *d = wxg_dlq_new(p, "dlq", "group-1", err, sizeof err);
+    assert_non_null(d);
+    assert_string_equal(wxg_dlq_topic(d), "dlq");
+    wxg_dlq_record_t rec = {.topic = NULL, .value = "x", .value_len = 1};
+    assert_int_equal(wxg_dlq_write(d, &rec, NULL, err, sizeof err), WXG_EINVAL);
+    rec.topic = "callbacks";
+    rec.header_count = 1; /* headers NULL */
+    assert_int_equal(wxg_dlq_write(d, &rec, NULL, err, sizeof err), WXG_EINVAL);
+    wxg_dlq_destroy(d);
+    wxg_dlq_destroy(NULL);
+    wxg_producer_destroy(p, 0);
+}
+
+static void a_write_to_an_unreachable_cluster_is_an_error_never_success(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    wxg_kafka_prop_t props[] = {
+        {"bootstrap.servers", closed_bootstrap}, {"message.timeout.ms", "300"}, {"log_level", "0"}};
+    wxg_producer_t *p = wxg_producer_new(props, 3, err, sizeof err);
+    assert_non_null(p);
+    wxg_dlq_t *d = wxg_dlq_new(p, "dead-letters", "group-1", err, sizeof err);
+    assert_non_null(d);
+    wxg_dlq_record_t rec = {.topic = "callbacks",
+                            .partition = 2,
+                            .offset = 77,
+                            .value = "{\"bad\":",
+                            .value_len = 7,
+                            .timestamp_ms = -1,
+                            .error = WXG_EPARSE,
+                            .attempts = 1};
+    wxg_delivery_t dr = {.partition = -5, .offset = -5};
+    int rc = wxg_dlq_write(d, &rec, &dr, err, sizeof err);
+    assert_int_equal(rc, WXG_ETIMEDOUT);
+    assert_non_null(strstr(err, "'dead-letters'"));
+    print_message("reason: %s\n", err);
+    assert_non_null(strstr(err, "last client error"));
+    assert_int_equal(dr.offset, -5); /* not filled on failure */
+
+    /* The plain send path fails the same way. */
+    rc = wxg_producer_send(p, "replies", WXG_PARTITION_ANY, "k", 1, "v", 1, NULL, 0, NULL, err,
+                           sizeof err);
+    assert_int_equal(rc, WXG_ETIMEDOUT);
+    wxg_dlq_destroy(d);
+    wxg_producer_destroy(p, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(producer_refuses_settings_that_weaken_delivery),
+        cmocka_unit_test(producer_reports_its_delivery_timeout),
+        cmocka_unit_test(bad_arguments_are_refused_before_anything_is_sent),
+        cmocka_unit_test(a_write_to_an_unreachable_cluster_is_an_error_never_success),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
