@@ -1,0 +1,1943 @@
+/*
+ * DESIGN: the Redis idempotency guard.
+ *
+ * Purpose: an atomic per-message state machine in Redis (claim, renew, plugin_done, complete,
+ * fail, inspect, release), each transition one Lua script (lib/lua/) handling a batch of
+ * messages, plus a renewal watchdog. docs/guard.md explains the guarantees.
+ *
+ * Keys. Every Redis name is built from the configured prefix and the SHA-256 fingerprint of the
+ * idempotency key, never from the key's bytes, so hostile keys cannot leave the prefix or make
+ * huge names. All names of one message share a hash tag {s<shard>} taken from the fingerprint:
+ * in Redis Cluster the record and every DONE bucket a script touches live in one slot.
+ * A message in flight (PROCESSING or FAILED) has one hash (state, owner, lease, fence, attempt,
+ * payload tag, finished plugins). On complete that hash is deleted and the message becomes a
+ * fixed-width fingerprint field in a small hash bucket selected by time bucket + fingerprint bits;
+ * buckets expire whole after the retention.
+ *
+ * Threads: a wxg_guard_t is used by one thread at a time and has no lock. The watchdog runs one
+ * thread with its own wxg_guard_t; its registration list is guarded by one mutex, never held
+ * across network I/O (a registration being renewed is marked busy and freed by the thread if the
+ * owner removed it meanwhile). Status flags are atomics read lock-free by workers.
+ *
+ * Failure modes. A hiredis context is dead after any I/O error: it is freed at once and the next
+ * call reconnects (immediately the first time, then with capped, jittered backoff; calls made
+ * during the backoff fail fast with WXG_ECONN). A reconnect reloads the scripts; NOSCRIPT (script
+ * cache flushed, restart, failover) reloads them and re-sends only the refused calls, which is
+ * safe because NOSCRIPT proves they did not run. Any other failure leaves the outcome unknown and
+ * is reported to the caller, never retried here. The password is only ever sent in AUTH and is
+ * wiped on destroy; error texts carry Redis's reply, which never contains it.
+ */
+#include "guard_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    S_CLAIM,
+    S_RENEW,
+    S_PLUGIN_DONE,
+    S_COMPLETE,
+    S_FAIL,
+    S_INSPECT,
+    S_RELEASE,
+    S_LAYOUT,
+    S_COUNT
+};
+
+static const char *const script_src[S_COUNT] = {
+    wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
+    wxg__lua_fail,  wxg__lua_inspect, wxg__lua_release,     wxg__lua_layout,
+};
+
+struct wxg_guard_s {
+    wxg_guard_conf_t conf; /* string members point at the copies below */
+    char *host, *unix_path, *user, *password, *prefix;
+    wxg__guard_geom_t geom;
+    char stamp[160];
+    char layout_key[WXG__KEY_MAX];
+    redisContext *ctx;
+    char sha[S_COUNT][41];
+    int64_t next_connect_ms;
+    int64_t backoff_ms;
+    int64_t stamp_checked_ms;
+    uint64_t rng;
+    wxg_guard_stats_t stats;
+    char last_error[256];
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Small helpers
+ */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_err(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *buf, size_t size, const char *fmt, ...)
+{
+    if (!buf || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+}
+
+/* Fills buf with random bytes from the kernel (getrandom, else /dev/urandom). */
+static int fill_random(void *buf, size_t len)
+{
+    unsigned char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = getrandom(p + got, len - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        got += (size_t)r;
+    }
+    if (got == len)
+        return 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return WXG_EIO;
+    while (got < len) {
+        ssize_t r = read(fd, p + got, len - got);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            close(fd);
+            return WXG_EIO;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return 0;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* xorshift64*: only for backoff jitter, never for tokens. */
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 2685821657736338717ULL;
+}
+
+static void hex_encode(const unsigned char *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void free_secret(char *s)
+{
+    if (s) {
+        explicit_bzero(s, strlen(s));
+        free(s);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Pure parts (guard_int.h)
+ */
+
+int wxg__guard_required_bits(double n, double p)
+{
+    double pairs = n * (n - 1.0) / 2.0;
+    if (pairs <= 0)
+        return 1;
+    int b = (int)ceil(log2(pairs / p));
+    /* Guard against rounding at the boundary: the bound must hold strictly. */
+    while (pairs / ldexp(1.0, b) >= p)
+        b++;
+    return b;
+}
+
+int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
+                            size_t errstr_size)
+{
+    wxg__guard_geom_t r;
+    memset(&r, 0, sizeof r);
+    if (c->done_retention_ms <= 0) {
+        set_err(errstr, errstr_size, "done_retention_ms must be positive");
+        return WXG_ECONFIG;
+    }
+    if (!(c->done_expected_rate > 0) || c->done_expected_rate > 1e9) {
+        set_err(errstr, errstr_size, "done_expected_rate must be in (0, 1e9]");
+        return WXG_ECONFIG;
+    }
+    if (c->done_bucket_target < 1 || c->done_bucket_target > 128) {
+        set_err(errstr, errstr_size,
+                "done_bucket_target must be 1..128 (Redis keeps hashes of up to 128 entries "
+                "compact by default)");
+        return WXG_ECONFIG;
+    }
+    if (c->shard_bits < 0 || c->shard_bits > 16) {
+        set_err(errstr, errstr_size, "shard_bits must be 0..16");
+        return WXG_ECONFIG;
+    }
+    r.retention_ms = c->done_retention_ms;
+    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms : c->done_retention_ms / 7;
+    if (r.bucket_ms < 1)
+        r.bucket_ms = 1;
+    if (r.retention_ms / r.bucket_ms > 64) {
+        set_err(errstr, errstr_size,
+                "done_bucket_ms too small: claim checks every live time bucket, at most 65 "
+                "(retention / width = %lld)",
+                (long long)(r.retention_ms / r.bucket_ms));
+        return WXG_ECONFIG;
+    }
+    r.shard_bits = c->shard_bits;
+    double per_time_bucket = c->done_expected_rate * (double)r.bucket_ms / 1000.0;
+    int sel;
+    if (c->done_selector_bits > 0) {
+        sel = c->done_selector_bits;
+    } else {
+        double want = per_time_bucket / (double)c->done_bucket_target;
+        sel = want > 1.0 ? (int)ceil(log2(want)) : 0;
+    }
+    if (sel < r.shard_bits)
+        sel = r.shard_bits;
+    if (sel > WXG__SELECTOR_BITS_MAX) {
+        set_err(errstr, errstr_size, "selector bits %d exceed %d: lower the rate or the width", sel,
+                WXG__SELECTOR_BITS_MAX);
+        return WXG_ECONFIG;
+    }
+    r.selector_bits = sel;
+    r.bucket_mean = per_time_bucket / ldexp(1.0, sel);
+    double window = c->done_expected_rate * (double)(r.retention_ms + r.bucket_ms) / 1000.0;
+    r.window_markers = window > WXG__FALSE_DUP_MARKERS ? window : WXG__FALSE_DUP_MARKERS;
+    r.required_bits = wxg__guard_required_bits(r.window_markers, WXG__FALSE_DUP_P);
+    int field_bits = r.required_bits - sel;
+    int fb = (field_bits + 7) / 8;
+    if (fb < WXG__FIELD_BYTES_MIN)
+        fb = WXG__FIELD_BYTES_MIN;
+    if (fb > WXG__FIELD_BYTES_MAX) {
+        set_err(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", fb,
+                WXG__FIELD_BYTES_MAX);
+        return WXG_ECONFIG;
+    }
+    r.field_bytes = fb;
+    double n = r.window_markers;
+    r.false_dup = n * (n - 1.0) / 2.0 / ldexp(1.0, sel + 8 * fb);
+    *g = r;
+    return 0;
+}
+
+int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "v1 shard=%d sel=%d field=%d width=%lld", g->shard_bits,
+                     g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
+    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
+}
+
+int wxg__guard_fingerprint(const void *key, size_t len, unsigned char fp[32])
+{
+    unsigned int outlen = 0;
+    if (EVP_Digest(key, len, fp, &outlen, EVP_sha256(), NULL) != 1 || outlen != 32)
+        return WXG_ENOMEM;
+    return 0;
+}
+
+static uint64_t fp_bits(const unsigned char fp[32], int from, int count)
+{
+    /* Bits [from, from+count) of the fingerprint, most significant first; count <= 56. */
+    uint64_t v = 0;
+    for (int i = 0; i < count; i++) {
+        int bit = from + i;
+        v = (v << 1) | ((fp[bit / 8] >> (7 - bit % 8)) & 1u);
+    }
+    return v;
+}
+
+int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
+                          const unsigned char fp[32], wxg__guard_keys_t *out)
+{
+    char hex[33];
+    hex_encode(fp, 16, hex);
+    out->shard = (unsigned)fp_bits(fp, 0, g->shard_bits);
+    out->sub = fp_bits(fp, g->shard_bits, g->selector_bits - g->shard_bits);
+    /* Shards in fixed-width hex, so that every record name of a geometry has one length. */
+    int w = g->shard_bits > 0 ? (g->shard_bits + 3) / 4 : 1;
+    char tag[16];
+    snprintf(tag, sizeof tag, "{s%0*x}", w, out->shard);
+    int n = snprintf(out->record, sizeof out->record, "%s%s:r:%s", prefix, tag, hex);
+    if (n < 0 || (size_t)n >= sizeof out->record)
+        return WXG_EINVAL;
+    out->record_len = (size_t)n;
+    n = snprintf(out->stem, sizeof out->stem, "%s%s:d:%llu:", prefix, tag,
+                 (unsigned long long)out->sub);
+    if (n < 0 || (size_t)n >= sizeof out->stem)
+        return WXG_EINVAL;
+    out->stem_len = (size_t)n;
+    memcpy(out->field, fp + WXG__FIELD_OFFSET, (size_t)g->field_bytes);
+    out->field_len = (size_t)g->field_bytes;
+    return 0;
+}
+
+int wxg__guard_payload_tag(const unsigned char *payload_hash)
+{
+    if (!payload_hash)
+        return 0;
+    return (int)(int16_t)(uint16_t)((payload_hash[0] << 8) | payload_hash[1]);
+}
+
+int wxg__guard_prefix_valid(const char *prefix)
+{
+    size_t n = prefix ? strlen(prefix) : 0;
+    if (n == 0 || n > WXG_GUARD_PREFIX_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = prefix[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == ':' || ch == '_' || ch == '.' || ch == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+int wxg__guard_plugin_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > WXG_GUARD_PLUGIN_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_' || ch == '.' || ch == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+static int starts_with(const char *s, size_t len, const char *word)
+{
+    size_t w = strlen(word);
+    return len >= w && memcmp(s, word, w) == 0;
+}
+
+int wxg__guard_classify_error(const char *str, size_t len)
+{
+    if (!str)
+        return WXG_EREDIS;
+    if (starts_with(str, len, "NOSCRIPT"))
+        return 1;
+    if (starts_with(str, len, "NOAUTH") || starts_with(str, len, "WRONGPASS") ||
+        starts_with(str, len, "NOPERM"))
+        return WXG_EAUTH;
+    return WXG_EREDIS;
+}
+
+static int reply_int(const redisReply *r, long long *v)
+{
+    if (!r || r->type != REDIS_REPLY_INTEGER)
+        return WXG_EREDIS;
+    *v = r->integer;
+    return 0;
+}
+
+int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out)
+{
+    long long code, a, b;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 || reply_int(r->element[0], &code))
+        return WXG_EREDIS;
+    switch (code) {
+    case 1: {
+        if (r->elements != 4 || reply_int(r->element[1], &a) || reply_int(r->element[2], &b) ||
+            a < 1 || b < 1 || b > UINT32_MAX)
+            return WXG_EREDIS;
+        const redisReply *d = r->element[3];
+        if (!d || d->type != REDIS_REPLY_ARRAY || d->elements % 2 != 0)
+            return WXG_EREDIS;
+        size_t np = d->elements / 2, bytes = np * sizeof(wxg_guard_plugin_result_t);
+        for (size_t i = 0; i < d->elements; i++) {
+            if (!d->element[i] || d->element[i]->type != REDIS_REPLY_STRING)
+                return WXG_EREDIS;
+            bytes += d->element[i]->len + 1;
+        }
+        wxg_guard_plugin_result_t *pr = NULL;
+        if (np > 0) {
+            pr = malloc(bytes);
+            if (!pr)
+                return WXG_ENOMEM;
+            char *p = (char *)(pr + np);
+            for (size_t i = 0; i < np; i++) {
+                const redisReply *nm = d->element[2 * i], *rs = d->element[2 * i + 1];
+                memcpy(p, nm->str, nm->len);
+                p[nm->len] = '\0';
+                pr[i].name = p;
+                p += nm->len + 1;
+                memcpy(p, rs->str, rs->len);
+                p[rs->len] = '\0';
+                pr[i].result = (const unsigned char *)p;
+                pr[i].result_len = rs->len;
+                p += rs->len + 1;
+            }
+        }
+        out->outcome = WXG_GUARD_CLAIMED;
+        out->ticket.fence = (uint64_t)a;
+        out->attempt = (uint32_t)b;
+        out->finished = pr;
+        out->n_finished = np;
+        return 0;
+    }
+    case 2:
+        if (r->elements != 2 || reply_int(r->element[1], &a) || (a != 0 && a != 1))
+            return WXG_EREDIS;
+        out->outcome = WXG_GUARD_DUPLICATE;
+        out->payload_mismatch = (int)a;
+        return 0;
+    case 3:
+        if (r->elements != 2 || reply_int(r->element[1], &a) || a < 0)
+            return WXG_EREDIS;
+        out->outcome = WXG_GUARD_BUSY;
+        out->lease_ms_left = a;
+        return 0;
+    default:
+        return WXG_EREDIS;
+    }
+}
+
+int wxg__guard_parse_result(const redisReply *r, int *result)
+{
+    long long v;
+    if (reply_int(r, &v))
+        return WXG_EREDIS;
+    switch (v) {
+    case 0:
+        *result = WXG_GUARD_OK;
+        return 0;
+    case -1:
+        *result = WXG_GUARD_LEASE_LOST;
+        return 0;
+    case 1:
+        *result = WXG_GUARD_ALREADY_DONE;
+        return 0;
+    default:
+        return WXG_EREDIS;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Connection
+ */
+
+void wxg_guard_conf_init(wxg_guard_conf_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 6379;
+    c->connect_timeout_ms = 2000;
+    c->command_timeout_ms = 2000;
+    c->prefix = "wxg:";
+    c->lease_ms = 30000;
+    c->inflight_ttl_ms = 24LL * 3600 * 1000;
+    c->done_retention_ms = 7LL * 24 * 3600 * 1000;
+    c->failed_retention_ms = 7LL * 24 * 3600 * 1000;
+    c->wait_timeout_ms = 100;
+    c->done_expected_rate = 1000.0;
+    c->done_bucket_target = 64;
+    c->shard_bits = 4;
+    c->batch_max = 64;
+    c->reconnect_min_ms = 50;
+    c->reconnect_max_ms = 2000;
+}
+
+static struct timeval tv_ms(int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+/* The code for a dead context, from the errno hiredis left behind. */
+static int ctx_code(const redisContext *c, int saved_errno)
+{
+    if (c->err == REDIS_ERR_IO &&
+        (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
+         strstr(c->errstr, "temporarily unavailable") || strstr(c->errstr, "timed out")))
+        return WXG_ETIMEDOUT;
+    if (c->err == REDIS_ERR_OOM)
+        return WXG_ENOMEM;
+    return WXG_ECONN;
+}
+
+static void drop_ctx(wxg_guard_t *g)
+{
+    if (g->ctx) {
+        redisFree(g->ctx);
+        g->ctx = NULL;
+    }
+}
+
+static void count_error(wxg_guard_t *g, int rc)
+{
+    if (rc == WXG_ECONN)
+        g->stats.conn_errors++;
+    else if (rc == WXG_ETIMEDOUT)
+        g->stats.timeouts++;
+    else if (rc == WXG_EREDIS)
+        g->stats.redis_errors++;
+    else if (rc == WXG_EREPLICAS)
+        g->stats.replica_failures++;
+}
+
+/* Sends one command and reads its reply on the fresh context (connect time only). On an I/O
+ * error the context is dropped. */
+static int simple_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *lens,
+                      redisReply **out, char *errstr, size_t errstr_size)
+{
+    errno = 0;
+    redisReply *r = redisCommandArgv(g->ctx, argc, argv, lens);
+    if (!r) {
+        int saved = errno;
+        int rc = ctx_code(g->ctx, saved);
+        set_err(errstr, errstr_size, "%s failed: %s", argv[0], g->ctx->errstr);
+        drop_ctx(g);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+static int load_scripts(wxg_guard_t *g, char *errstr, size_t errstr_size)
+{
+    for (int i = 0; i < S_COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", script_src[i]};
+        size_t lens[3] = {6, 4, strlen(script_src[i])};
+        redisReply *r = NULL;
+        int rc = simple_cmd(g, 3, argv, lens, &r, errstr, errstr_size);
+        if (rc)
+            return rc;
+        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+            rc = r->type == REDIS_REPLY_ERROR ? wxg__guard_classify_error(r->str, r->len)
+                                              : WXG_EREDIS;
+            if (rc > 0)
+                rc = WXG_EREDIS;
+            set_err(errstr, errstr_size, "SCRIPT LOAD refused: %.*s",
+                    r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
+                    r->type == REDIS_REPLY_ERROR ? r->str : "");
+            freeReplyObject(r);
+            return rc;
+        }
+        memcpy(g->sha[i], r->str, 40);
+        g->sha[i][40] = '\0';
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* Stamps or checks the compact-marker layout (see lib/lua/layout.lua). */
+static int check_stamp(wxg_guard_t *g, char *errstr, size_t errstr_size)
+{
+    char ttl[32];
+    snprintf(ttl, sizeof ttl, "%lld", (long long)(g->geom.retention_ms + 2 * g->geom.bucket_ms));
+    const char *argv[] = {"EVALSHA", g->sha[S_LAYOUT], "1", g->layout_key, g->stamp, ttl};
+    size_t lens[] = {7, 40, 1, strlen(g->layout_key), strlen(g->stamp), strlen(ttl)};
+    redisReply *r = NULL;
+    int rc = simple_cmd(g, 6, argv, lens, &r, errstr, errstr_size);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_classify_error(r->str, r->len);
+        if (rc > 0)
+            rc = WXG_EREDIS;
+        set_err(errstr, errstr_size, "layout check refused: %.*s", (int)r->len, r->str);
+    } else if (r->type != REDIS_REPLY_STRING) {
+        rc = WXG_EREDIS;
+        set_err(errstr, errstr_size, "layout check: unexpected reply");
+    } else if (r->len != strlen(g->stamp) || memcmp(r->str, g->stamp, r->len) != 0) {
+        rc = WXG_ECONFIG;
+        set_err(errstr, errstr_size,
+                "the DONE-marker layout stored under %s is \"%.*s\" but this configuration "
+                "gives \"%s\"; markers would not be found. Keep the stored geometry (pin "
+                "done_selector_bits, shard_bits and done_bucket_ms) or use a new prefix",
+                g->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, g->stamp);
+    } else {
+        g->stamp_checked_ms = mono_ms();
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Connects, authenticates, selects the database, loads the scripts and checks the stamp. */
+static int guard_connect(wxg_guard_t *g, char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    struct timeval ct = tv_ms(g->conf.connect_timeout_ms);
+    errno = 0;
+    g->ctx = g->unix_path ? redisConnectUnixWithTimeout(g->unix_path, ct)
+                          : redisConnectWithTimeout(g->host, g->conf.port, ct);
+    if (!g->ctx) {
+        set_err(errstr, errstr_size, "out of memory creating the Redis context");
+        return WXG_ENOMEM;
+    }
+    if (g->ctx->err) {
+        int saved = errno;
+        rc = ctx_code(g->ctx, saved);
+        if (g->unix_path)
+            set_err(errstr, errstr_size, "connecting to Redis at %s: %s", g->unix_path,
+                    g->ctx->errstr);
+        else
+            set_err(errstr, errstr_size, "connecting to Redis at %s:%d: %s", g->host, g->conf.port,
+                    g->ctx->errstr);
+        goto fail_ctx;
+    }
+    if (redisSetTimeout(g->ctx, tv_ms(g->conf.command_timeout_ms)) != REDIS_OK) {
+        rc = WXG_ECONN;
+        set_err(errstr, errstr_size, "setting the command timeout: %s", g->ctx->errstr);
+        goto fail_ctx;
+    }
+    if (!g->unix_path)
+        redisEnableKeepAlive(g->ctx);
+    if (g->password) {
+        const char *argv[3];
+        size_t lens[3];
+        int argc = 0;
+        argv[argc] = "AUTH";
+        lens[argc++] = 4;
+        if (g->user) {
+            argv[argc] = g->user;
+            lens[argc++] = strlen(g->user);
+        }
+        argv[argc] = g->password;
+        lens[argc++] = strlen(g->password);
+        redisReply *r = NULL;
+        rc = simple_cmd(g, argc, argv, lens, &r, errstr, errstr_size);
+        if (rc)
+            goto fail_ctx;
+        if (r->type == REDIS_REPLY_ERROR) {
+            /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
+             * password, and neither does ours. */
+            set_err(errstr, errstr_size, "Redis AUTH as user '%s' failed: %.*s",
+                    g->user ? g->user : "default", (int)(r->len > 160 ? 160 : r->len), r->str);
+            rc = WXG_EAUTH;
+        }
+        freeReplyObject(r);
+        if (rc)
+            goto fail_ctx;
+    }
+    if (g->conf.db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", g->conf.db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+        redisReply *r = NULL;
+        rc = simple_cmd(g, 2, argv, lens, &r, errstr, errstr_size);
+        if (rc)
+            goto fail_ctx;
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = wxg__guard_classify_error(r->str, r->len);
+            if (rc > 0)
+                rc = WXG_EREDIS;
+            set_err(errstr, errstr_size, "SELECT %d failed: %.*s", g->conf.db, (int)r->len, r->str);
+        }
+        freeReplyObject(r);
+        if (rc)
+            goto fail_ctx;
+    }
+    rc = load_scripts(g, errstr, errstr_size);
+    if (rc)
+        goto fail_ctx;
+    rc = check_stamp(g, errstr, errstr_size);
+    if (rc)
+        goto fail_ctx;
+    g->stats.connects++;
+    return 0;
+
+fail_ctx:
+    drop_ctx(g);
+    return rc;
+}
+
+/* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
+static int ensure_ctx(wxg_guard_t *g)
+{
+    int64_t now = mono_ms();
+    if (g->ctx) {
+        /* Refresh the layout stamp now and then so that it outlives every marker. */
+        int64_t every = g->geom.bucket_ms < 3600000 ? g->geom.bucket_ms : 3600000;
+        if (now - g->stamp_checked_ms < every)
+            return 0;
+        return check_stamp(g, g->last_error, sizeof g->last_error);
+    }
+    if (now < g->next_connect_ms) {
+        set_err(g->last_error, sizeof g->last_error,
+                "Redis unreachable; next reconnect attempt in %lld ms",
+                (long long)(g->next_connect_ms - now));
+        return WXG_ECONN;
+    }
+    int rc = guard_connect(g, g->last_error, sizeof g->last_error);
+    if (rc == 0) {
+        g->backoff_ms = 0;
+        g->next_connect_ms = 0;
+        return 0;
+    }
+    /* Capped exponential backoff with jitter: wait between half and all of the current step. */
+    int64_t step = g->backoff_ms ? g->backoff_ms * 2 : g->conf.reconnect_min_ms;
+    if (step > g->conf.reconnect_max_ms)
+        step = g->conf.reconnect_max_ms;
+    g->backoff_ms = step;
+    int64_t half = step / 2;
+    g->next_connect_ms =
+        mono_ms() + half + (half > 0 ? (int64_t)(rng_next(&g->rng) % (uint64_t)(half + 1)) : 0);
+    return rc;
+}
+
+wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    wxg_guard_t *g = NULL;
+    if (!conf) {
+        rc = WXG_EINVAL;
+        set_err(errstr, errstr_size, "no configuration");
+        goto out;
+    }
+    const char *prefix = conf->prefix ? conf->prefix : "wxg:";
+    if (!wxg__guard_prefix_valid(prefix)) {
+        rc = WXG_ECONFIG;
+        set_err(errstr, errstr_size,
+                "key prefix must be 1..%d bytes of [A-Za-z0-9:_.-] (no hash-tag braces)",
+                WXG_GUARD_PREFIX_MAX);
+        goto out;
+    }
+    if (conf->lease_ms < 10 || conf->inflight_ttl_ms < conf->lease_ms ||
+        conf->failed_retention_ms <= 0 || conf->connect_timeout_ms <= 0 ||
+        conf->command_timeout_ms <= 0 || conf->batch_max < 1 || conf->batch_max > 1024 ||
+        conf->wait_replicas < 0 || (conf->wait_replicas > 0 && conf->wait_timeout_ms <= 0) ||
+        conf->reconnect_min_ms < 1 || conf->reconnect_max_ms < conf->reconnect_min_ms ||
+        (!conf->unix_path && (conf->port <= 0 || conf->port > 65535)) || conf->db < 0) {
+        rc = WXG_ECONFIG;
+        set_err(errstr, errstr_size,
+                "invalid guard configuration: need lease_ms >= 10, inflight_ttl_ms >= lease_ms, "
+                "positive timeouts and retentions, batch_max 1..1024, a valid port and db");
+        goto out;
+    }
+    if (conf->password && strlen(conf->password) == 0) {
+        rc = WXG_ECONFIG;
+        set_err(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
+        goto out;
+    }
+    g = calloc(1, sizeof *g);
+    if (!g) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "out of memory");
+        goto out;
+    }
+    g->conf = *conf;
+    rc = wxg__guard_geom_compute(conf, &g->geom, errstr, errstr_size);
+    if (rc)
+        goto out;
+    g->host = dup_or_null(conf->host ? conf->host : "127.0.0.1");
+    g->unix_path = dup_or_null(conf->unix_path);
+    g->user = dup_or_null(conf->user);
+    g->password = dup_or_null(conf->password);
+    g->prefix = dup_or_null(prefix);
+    if (!g->host || (conf->unix_path && !g->unix_path) || (conf->user && !g->user) ||
+        (conf->password && !g->password) || !g->prefix) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "out of memory");
+        goto out;
+    }
+    g->conf.host = g->host;
+    g->conf.unix_path = g->unix_path;
+    g->conf.user = g->user;
+    g->conf.password = NULL; /* only g->password holds it */
+    g->conf.prefix = g->prefix;
+    wxg__guard_geom_stamp(&g->geom, g->stamp, sizeof g->stamp);
+    snprintf(g->layout_key, sizeof g->layout_key, "%slayout", g->prefix);
+    if (fill_random(&g->rng, sizeof g->rng) != 0 || g->rng == 0)
+        g->rng = (uint64_t)mono_ms() | 1;
+    rc = guard_connect(g, errstr, errstr_size);
+out:
+    if (rc) {
+        wxg_guard_destroy(g);
+        g = NULL;
+    }
+    if (err)
+        *err = rc;
+    return g;
+}
+
+void wxg_guard_destroy(wxg_guard_t *g)
+{
+    if (!g)
+        return;
+    drop_ctx(g);
+    free(g->host);
+    free(g->unix_path);
+    free(g->user);
+    free_secret(g->password);
+    free(g->prefix);
+    free(g);
+}
+
+void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out)
+{
+    *out = g->stats;
+}
+
+const char *wxg_guard_last_error(const wxg_guard_t *g)
+{
+    return g->last_error;
+}
+
+int wxg_guard_describe_layout(const wxg_guard_t *g, char *buf, size_t size)
+{
+    const wxg__guard_geom_t *m = &g->geom;
+    int n = snprintf(buf, size,
+                     "shards=%d selector_bits=%d field_bytes=%d bucket_ms=%lld retention_ms=%lld "
+                     "bucket_mean=%.1f window_markers=%.3g false_duplicate_bound=%.3g",
+                     1 << m->shard_bits, m->selector_bits, m->field_bytes, (long long)m->bucket_ms,
+                     (long long)m->retention_ms, m->bucket_mean, m->window_markers, m->false_dup);
+    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Batches: one EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster
+ * mode), all chunks of an API call pipelined in one round trip.
+ */
+
+#define ITEM_ARGS 4
+
+typedef struct item {
+    wxg__guard_keys_t k;
+    const char *arg[ITEM_ARGS];
+    size_t len[ITEM_ARGS];
+    char owner[WXG_GUARD_OWNER_LEN + 1];
+    char num[24];   /* fence */
+    char tag[8];    /* payload tag */
+    char extra[12]; /* fail: attempt count */
+} item;
+
+typedef struct chunk {
+    size_t first, count; /* a range of batch.order */
+    int argc;
+    const char **argv;
+    size_t *lens;
+    char numkeys[24];
+    redisReply *reply;
+} chunk;
+
+typedef struct batch {
+    int script;
+    size_t n;
+    item *items;
+    size_t *order;
+    size_t nchunks;
+    chunk *chunks;
+    const char *hdr[4];
+    size_t hdrlen[4];
+    int nhdr;
+    int nargs;
+    char hdrbuf[4][24];
+} batch;
+
+static void batch_free(batch *b)
+{
+    if (b->chunks) {
+        for (size_t i = 0; i < b->nchunks; i++) {
+            free(b->chunks[i].argv);
+            free(b->chunks[i].lens);
+            if (b->chunks[i].reply)
+                freeReplyObject(b->chunks[i].reply);
+        }
+    }
+    free(b->chunks);
+    free(b->order);
+    free(b->items);
+    memset(b, 0, sizeof *b);
+}
+
+static int batch_init(wxg_guard_t *g, batch *b, int script, size_t n, int nargs)
+{
+    memset(b, 0, sizeof *b);
+    b->script = script;
+    b->n = n;
+    b->nargs = nargs;
+    b->items = calloc(n, sizeof *b->items);
+    b->order = calloc(n, sizeof *b->order);
+    if (!b->items || !b->order) {
+        batch_free(b);
+        return WXG_ENOMEM;
+    }
+    return 0;
+}
+
+static void batch_hdr_num(batch *b, long long v)
+{
+    int i = b->nhdr++;
+    snprintf(b->hdrbuf[i], sizeof b->hdrbuf[i], "%lld", v);
+    b->hdr[i] = b->hdrbuf[i];
+    b->hdrlen[i] = strlen(b->hdrbuf[i]);
+}
+
+/* Computes names for item i from its key. */
+static int item_keys(wxg_guard_t *g, item *it, const char *key, size_t key_len)
+{
+    unsigned char fp[32];
+    if (!key || key_len == 0)
+        return WXG_EINVAL;
+    int rc = wxg__guard_fingerprint(key, key_len, fp);
+    if (rc)
+        return rc;
+    return wxg__guard_keys_build(g->prefix, &g->geom, fp, &it->k);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : (x > y);
+}
+
+/* Orders items by shard, keeping the caller's order within a shard (cluster mode). */
+static int order_by_shard(batch *b)
+{
+    uint64_t *tmp = malloc(b->n * sizeof *tmp);
+    if (!tmp)
+        return WXG_ENOMEM;
+    for (size_t i = 0; i < b->n; i++)
+        tmp[i] = ((uint64_t)b->items[i].k.shard << 40) | (uint64_t)i;
+    qsort(tmp, b->n, sizeof *tmp, cmp_u64);
+    for (size_t i = 0; i < b->n; i++)
+        b->order[i] = (size_t)(tmp[i] & ((1ULL << 40) - 1));
+    free(tmp);
+    return 0;
+}
+
+/* Splits the items into chunks and builds each chunk's argv. */
+static int batch_build(wxg_guard_t *g, batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->order[i] = i;
+    if (g->conf.cluster && b->n > 1) {
+        int rc = order_by_shard(b);
+        if (rc)
+            return rc;
+    }
+    size_t max = (size_t)g->conf.batch_max, cap = b->n; /* at most one chunk per item */
+    b->chunks = calloc(cap, sizeof *b->chunks);
+    if (!b->chunks)
+        return WXG_ENOMEM;
+    size_t i = 0;
+    while (i < b->n) {
+        chunk *c = &b->chunks[b->nchunks++];
+        c->first = i;
+        c->count = 1;
+        unsigned shard = b->items[b->order[i]].k.shard;
+        while (i + c->count < b->n && c->count < max &&
+               (!g->conf.cluster || b->items[b->order[i + c->count]].k.shard == shard))
+            c->count++;
+        i += c->count;
+        c->argc = 3 + (int)c->count + b->nhdr + (int)c->count * b->nargs;
+        c->argv = calloc((size_t)c->argc, sizeof *c->argv);
+        c->lens = calloc((size_t)c->argc, sizeof *c->lens);
+        if (!c->argv || !c->lens)
+            return WXG_ENOMEM;
+        snprintf(c->numkeys, sizeof c->numkeys, "%zu", c->count);
+        int a = 0;
+        c->argv[a] = "EVALSHA";
+        c->lens[a++] = 7;
+        c->argv[a] = NULL; /* the sha, filled when sending (it changes after a reload) */
+        c->lens[a++] = 40;
+        c->argv[a] = c->numkeys;
+        c->lens[a++] = strlen(c->numkeys);
+        for (size_t j = 0; j < c->count; j++) {
+            const item *it = &b->items[b->order[c->first + j]];
+            c->argv[a] = it->k.record;
+            c->lens[a++] = it->k.record_len;
+        }
+        for (int h = 0; h < b->nhdr; h++) {
+            c->argv[a] = b->hdr[h];
+            c->lens[a++] = b->hdrlen[h];
+        }
+        for (size_t j = 0; j < c->count; j++) {
+            const item *it = &b->items[b->order[c->first + j]];
+            for (int x = 0; x < b->nargs; x++) {
+                c->argv[a] = it->arg[x];
+                c->lens[a++] = it->len[x];
+            }
+        }
+    }
+    return 0;
+}
+
+/* Sends every chunk that has no reply yet (plus WAIT when configured) in one pipeline and reads
+ * the replies. Returns 0, or a call-level error; NOSCRIPT replies are left for the caller. */
+static int send_round(wxg_guard_t *g, batch *b, int with_wait, long long *acks)
+{
+    size_t sent = 0;
+    for (size_t i = 0; i < b->nchunks; i++) {
+        chunk *c = &b->chunks[i];
+        if (c->reply)
+            continue;
+        c->argv[1] = g->sha[b->script];
+        if (redisAppendCommandArgv(g->ctx, c->argc, c->argv, c->lens) != REDIS_OK)
+            goto io_error;
+        g->stats.script_calls++;
+        sent++;
+    }
+    char wn[16], wt[16];
+    if (with_wait) {
+        snprintf(wn, sizeof wn, "%d", g->conf.wait_replicas);
+        snprintf(wt, sizeof wt, "%d", g->conf.wait_timeout_ms);
+        const char *argv[3] = {"WAIT", wn, wt};
+        size_t lens[3] = {4, strlen(wn), strlen(wt)};
+        if (redisAppendCommandArgv(g->ctx, 3, argv, lens) != REDIS_OK)
+            goto io_error;
+    }
+    for (size_t i = 0; i < b->nchunks; i++) {
+        chunk *c = &b->chunks[i];
+        if (c->reply)
+            continue;
+        void *r = NULL;
+        errno = 0;
+        if (redisGetReply(g->ctx, &r) != REDIS_OK || !r)
+            goto io_error;
+        c->reply = r;
+    }
+    if (with_wait) {
+        void *r = NULL;
+        errno = 0;
+        if (redisGetReply(g->ctx, &r) != REDIS_OK || !r)
+            goto io_error;
+        redisReply *w = r;
+        *acks = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+        freeReplyObject(w);
+    }
+    g->stats.round_trips++;
+    (void)sent;
+    return 0;
+
+io_error:;
+    int saved = errno;
+    int rc = ctx_code(g->ctx, saved);
+    set_err(g->last_error, sizeof g->last_error, "Redis I/O error: %s", g->ctx->errstr);
+    drop_ctx(g);
+    return rc;
+}
+
+static int is_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && wxg__guard_classify_error(r->str, r->len) == 1;
+}
+
+/* Runs a built batch (per_message: each reply must be an array with one element per message):
+ * at most two rounds (the second only for chunks refused with NOSCRIPT after
+ * reloading the scripts). On success every chunk has a non-error reply. */
+static int batch_run(wxg_guard_t *g, batch *b, int writes, int per_message)
+{
+    int rc = ensure_ctx(g);
+    if (rc)
+        goto out;
+    int with_wait = writes && g->conf.wait_replicas > 0;
+    for (int round = 0; round < 2; round++) {
+        long long acks = 0;
+        rc = send_round(g, b, with_wait, &acks);
+        if (rc)
+            goto out;
+        if (with_wait && acks < g->conf.wait_replicas) {
+            rc = WXG_EREPLICAS;
+            set_err(g->last_error, sizeof g->last_error,
+                    "WAIT: %lld of %d replicas acknowledged within %d ms", acks,
+                    g->conf.wait_replicas, g->conf.wait_timeout_ms);
+            goto out;
+        }
+        int noscript = 0;
+        for (size_t i = 0; i < b->nchunks; i++) {
+            chunk *c = &b->chunks[i];
+            if (is_noscript(c->reply)) {
+                freeReplyObject(c->reply);
+                c->reply = NULL;
+                noscript = 1;
+            }
+        }
+        if (!noscript)
+            break;
+        if (round == 1) {
+            rc = WXG_EREDIS;
+            set_err(g->last_error, sizeof g->last_error, "NOSCRIPT again after reloading");
+            goto out;
+        }
+        g->stats.noscript_reloads++;
+        rc = load_scripts(g, g->last_error, sizeof g->last_error);
+        if (rc)
+            goto out;
+    }
+    for (size_t i = 0; i < b->nchunks; i++) {
+        const redisReply *r = b->chunks[i].reply;
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = wxg__guard_classify_error(r->str, r->len);
+            if (rc > 0)
+                rc = WXG_EREDIS;
+            set_err(g->last_error, sizeof g->last_error, "Redis refused the script: %.*s",
+                    (int)(r->len > 200 ? 200 : r->len), r->str);
+            goto out;
+        }
+        if (per_message && (r->type != REDIS_REPLY_ARRAY || r->elements != b->chunks[i].count)) {
+            rc = WXG_EREDIS;
+            set_err(g->last_error, sizeof g->last_error, "unexpected script reply shape");
+            goto out;
+        }
+    }
+out:
+    if (rc)
+        count_error(g, rc);
+    return rc;
+}
+
+/* The reply element of item `idx` (by position in the caller's array). Builds a map once. */
+static const redisReply *batch_elem(const batch *b, size_t chunk_i, size_t j)
+{
+    return b->chunks[chunk_i].reply->element[j];
+}
+
+/* Fills the per-message results of a renew/plugin_done/complete/fail batch. */
+static int batch_results(wxg_guard_t *g, batch *b, int *results)
+{
+    for (size_t c = 0; c < b->nchunks; c++) {
+        for (size_t j = 0; j < b->chunks[c].count; j++) {
+            size_t idx = b->order[b->chunks[c].first + j];
+            int res;
+            if (wxg__guard_parse_result(batch_elem(b, c, j), &res)) {
+                set_err(g->last_error, sizeof g->last_error, "unexpected script result");
+                g->stats.redis_errors++;
+                return WXG_EREDIS;
+            }
+            results[idx] = res;
+        }
+    }
+    return 0;
+}
+
+static int ticket_valid(const wxg_guard_ticket_t *t)
+{
+    return t && t->key && t->key_len > 0 && t->fence > 0 && strlen(t->owner) == WXG_GUARD_OWNER_LEN;
+}
+
+/* Common set-up of a transition batch on tickets: names, owner and fence arguments. */
+static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_ticket_t *t)
+{
+    item *it = &b->items[i];
+    if (!ticket_valid(t))
+        return WXG_EINVAL;
+    int rc = item_keys(g, it, t->key, t->key_len);
+    if (rc)
+        return rc;
+    memcpy(it->owner, t->owner, WXG_GUARD_OWNER_LEN + 1);
+    snprintf(it->num, sizeof it->num, "%llu", (unsigned long long)t->fence);
+    it->arg[0] = it->owner;
+    it->len[0] = WXG_GUARD_OWNER_LEN;
+    it->arg[1] = it->num;
+    it->len[1] = strlen(it->num);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Transitions
+ */
+
+void wxg_guard_claim_clear(wxg_guard_claim_t *c)
+{
+    if (!c)
+        return;
+    free(c->finished);
+    memset(c, 0, sizeof *c);
+}
+
+int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                          wxg_guard_claim_t *out)
+{
+    if (!g || (n > 0 && (!msgs || !out)))
+        return WXG_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        memset(&out[i], 0, sizeof out[i]);
+    if (n == 0)
+        return 0;
+    batch b;
+    int rc = batch_init(g, &b, S_CLAIM, n, 4);
+    if (rc)
+        return rc;
+    unsigned char *rnd = malloc(n * 16);
+    if (!rnd) {
+        rc = WXG_ENOMEM;
+        goto out;
+    }
+    rc = fill_random(rnd, n * 16);
+    if (rc)
+        goto out;
+    batch_hdr_num(&b, g->conf.lease_ms);
+    batch_hdr_num(&b, g->conf.inflight_ttl_ms);
+    batch_hdr_num(&b, g->geom.retention_ms);
+    batch_hdr_num(&b, g->geom.bucket_ms);
+    for (size_t i = 0; i < n; i++) {
+        item *it = &b.items[i];
+        rc = item_keys(g, it, msgs[i].key, msgs[i].key_len);
+        if (rc)
+            goto out;
+        hex_encode(rnd + 16 * i, 16, it->owner);
+        snprintf(it->tag, sizeof it->tag, "%d", wxg__guard_payload_tag(msgs[i].payload_hash));
+        it->arg[0] = it->owner;
+        it->len[0] = WXG_GUARD_OWNER_LEN;
+        it->arg[1] = it->k.stem;
+        it->len[1] = it->k.stem_len;
+        it->arg[2] = (const char *)it->k.field;
+        it->len[2] = it->k.field_len;
+        it->arg[3] = it->tag;
+        it->len[3] = strlen(it->tag);
+    }
+    rc = batch_build(g, &b);
+    if (rc)
+        goto out;
+    rc = batch_run(g, &b, 1, 1);
+    if (rc)
+        goto out;
+    for (size_t c = 0; c < b.nchunks && rc == 0; c++) {
+        for (size_t j = 0; j < b.chunks[c].count; j++) {
+            size_t idx = b.order[b.chunks[c].first + j];
+            rc = wxg__guard_parse_claim(batch_elem(&b, c, j), &out[idx]);
+            if (rc) {
+                set_err(g->last_error, sizeof g->last_error, "unexpected claim reply");
+                g->stats.redis_errors++;
+                break;
+            }
+            wxg_guard_claim_t *o = &out[idx];
+            switch (o->outcome) {
+            case WXG_GUARD_CLAIMED:
+                o->ticket.key = msgs[idx].key;
+                o->ticket.key_len = msgs[idx].key_len;
+                memcpy(o->ticket.owner, b.items[idx].owner, WXG_GUARD_OWNER_LEN + 1);
+                g->stats.claimed++;
+                break;
+            case WXG_GUARD_DUPLICATE:
+                g->stats.duplicates++;
+                if (o->payload_mismatch)
+                    g->stats.payload_mismatches++;
+                break;
+            case WXG_GUARD_BUSY:
+                g->stats.busy++;
+                break;
+            }
+        }
+    }
+out:
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            wxg_guard_claim_clear(&out[i]);
+    }
+    free(rnd);
+    batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_claim(wxg_guard_t *g, const char *key, size_t key_len,
+                    const unsigned char *payload_hash, wxg_guard_claim_t *out)
+{
+    wxg_guard_msg_t m = {.key = key, .key_len = key_len, .payload_hash = payload_hash};
+    return wxg_guard_claim_batch(g, &m, 1, out);
+}
+
+/* Runs a ticket transition whose items are already filled; counts per-message results. */
+static int run_transition(wxg_guard_t *g, batch *b, int *results, uint64_t *ok_counter)
+{
+    int rc = batch_build(g, b);
+    if (rc)
+        return rc;
+    rc = batch_run(g, b, 1, 1);
+    if (rc)
+        return rc;
+    rc = batch_results(g, b, results);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < b->n; i++) {
+        if (results[i] == WXG_GUARD_OK)
+            (*ok_counter)++;
+        else if (results[i] == WXG_GUARD_LEASE_LOST)
+            g->stats.lease_lost++;
+        else if (results[i] == WXG_GUARD_ALREADY_DONE)
+            g->stats.already_done++;
+    }
+    return 0;
+}
+
+int wxg_guard_renew_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    if (!g || (n > 0 && (!t || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    batch b;
+    int rc = batch_init(g, &b, S_RENEW, n, 2);
+    if (rc)
+        return rc;
+    batch_hdr_num(&b, g->conf.lease_ms);
+    batch_hdr_num(&b, g->conf.inflight_ttl_ms);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = ticket_items(g, &b, i, &t[i]);
+    if (rc == 0)
+        rc = run_transition(g, &b, results, &g->stats.renewed);
+    batch_free(&b);
+    return rc;
+}
+
+static int single_result(int rc, int result)
+{
+    if (rc)
+        return rc;
+    return result == WXG_GUARD_LEASE_LOST ? WXG_ELEASELOST : 0;
+}
+
+int wxg_guard_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t)
+{
+    int res = 0;
+    int rc = wxg_guard_renew_batch(g, t, 1, &res);
+    return single_result(rc, res);
+}
+
+int wxg_guard_plugin_done_batch(wxg_guard_t *g, const wxg_guard_plugin_done_t *items, size_t n,
+                                int *results)
+{
+    if (!g || (n > 0 && (!items || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!wxg__guard_plugin_name_valid(items[i].plugin) ||
+            items[i].result_len > WXG_GUARD_RESULT_MAX ||
+            (items[i].result_len > 0 && !items[i].result))
+            return WXG_EINVAL;
+    }
+    batch b;
+    int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 4);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = ticket_items(g, &b, i, items[i].ticket);
+        if (rc)
+            break;
+        b.items[i].arg[2] = items[i].plugin;
+        b.items[i].len[2] = strlen(items[i].plugin);
+        b.items[i].arg[3] = items[i].result_len ? items[i].result : "";
+        b.items[i].len[3] = items[i].result_len;
+    }
+    if (rc == 0)
+        rc = run_transition(g, &b, results, &g->stats.plugins_done);
+    batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t, const char *plugin,
+                          const void *result, size_t result_len)
+{
+    wxg_guard_plugin_done_t it = {
+        .ticket = t, .plugin = plugin, .result = result, .result_len = result_len};
+    int res = 0;
+    int rc = wxg_guard_plugin_done_batch(g, &it, 1, &res);
+    return single_result(rc, res);
+}
+
+int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    if (!g || (n > 0 && (!t || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    batch b;
+    int rc = batch_init(g, &b, S_COMPLETE, n, 4);
+    if (rc)
+        return rc;
+    batch_hdr_num(&b, g->geom.retention_ms);
+    batch_hdr_num(&b, g->geom.bucket_ms);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = ticket_items(g, &b, i, &t[i]);
+        if (rc)
+            break;
+        item *it = &b.items[i];
+        it->arg[2] = it->k.stem;
+        it->len[2] = it->k.stem_len;
+        it->arg[3] = (const char *)it->k.field;
+        it->len[3] = it->k.field_len;
+    }
+    if (rc == 0)
+        rc = run_transition(g, &b, results, &g->stats.completed);
+    batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, int *already_done)
+{
+    int res = 0;
+    int rc = wxg_guard_complete_batch(g, t, 1, &res);
+    rc = single_result(rc, res);
+    if (rc == 0 && already_done)
+        *already_done = res == WXG_GUARD_ALREADY_DONE;
+    return rc;
+}
+
+int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_t n, int *results)
+{
+    if (!g || (n > 0 && (!items || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    batch b;
+    int rc = batch_init(g, &b, S_FAIL, n, 4);
+    if (rc)
+        return rc;
+    batch_hdr_num(&b, g->conf.failed_retention_ms);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = ticket_items(g, &b, i, items[i].ticket);
+        if (rc)
+            break;
+        item *it = &b.items[i];
+        const char *reason = items[i].reason ? items[i].reason : "";
+        size_t rl = strlen(reason);
+        it->arg[2] = reason;
+        it->len[2] = rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl;
+        snprintf(it->extra, sizeof it->extra, "%u", (unsigned)items[i].attempts);
+        it->arg[3] = it->extra;
+        it->len[3] = strlen(it->extra);
+    }
+    if (rc == 0)
+        rc = run_transition(g, &b, results, &g->stats.failed);
+    batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_fail(wxg_guard_t *g, const wxg_guard_ticket_t *t, const char *reason,
+                   uint32_t attempts)
+{
+    wxg_guard_failure_t it = {.ticket = t, .reason = reason, .attempts = attempts};
+    int res = 0;
+    int rc = wxg_guard_fail_batch(g, &it, 1, &res);
+    return single_result(rc, res);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Administration
+ */
+
+void wxg_guard_record_free(wxg_guard_record_t *r)
+{
+    if (!r)
+        return;
+    free(r->fail_reason);
+    free(r->finished);
+    free(r->done_bucket);
+    free(r->record_key);
+    free(r);
+}
+
+static int64_t str_ll(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 20)
+        return 0;
+    char buf[24];
+    memcpy(buf, r->str, r->len);
+    buf[r->len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno || *end)
+        return 0;
+    return v;
+}
+
+static char *str_dup_reply(const redisReply *r)
+{
+    char *s = malloc(r->len + 1);
+    if (s) {
+        memcpy(s, r->str, r->len);
+        s[r->len] = '\0';
+    }
+    return s;
+}
+
+/* One-message admin batches (inspect, release) share the batch runner. */
+static int admin_batch(wxg_guard_t *g, batch *b, int script, const char *key, size_t key_len)
+{
+    int rc = batch_init(g, b, script, 1, 0);
+    if (rc)
+        return rc;
+    return item_keys(g, &b->items[0], key, key_len);
+}
+
+int wxg_guard_inspect(wxg_guard_t *g, const char *key, size_t key_len,
+                      const unsigned char *payload_hash, wxg_guard_record_t **out)
+{
+    if (!g || !out)
+        return WXG_EINVAL;
+    batch b;
+    wxg_guard_record_t *rec = NULL;
+    int rc = admin_batch(g, &b, S_INSPECT, key, key_len);
+    if (rc)
+        goto out;
+    item *it = &b.items[0];
+    batch_hdr_num(&b, g->geom.retention_ms);
+    batch_hdr_num(&b, g->geom.bucket_ms);
+    b.hdr[b.nhdr] = it->k.stem;
+    b.hdrlen[b.nhdr++] = it->k.stem_len;
+    b.hdr[b.nhdr] = (const char *)it->k.field;
+    b.hdrlen[b.nhdr++] = it->k.field_len;
+    rc = batch_build(g, &b);
+    if (rc)
+        goto out;
+    rc = batch_run(g, &b, 0, 0);
+    if (rc)
+        goto out;
+    const redisReply *r = b.chunks[0].reply;
+    if (r->elements != 6 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_ARRAY || r->element[2]->type != REDIS_REPLY_INTEGER ||
+        r->element[3]->type != REDIS_REPLY_STRING || r->element[4]->type != REDIS_REPLY_STRING ||
+        r->element[5]->type != REDIS_REPLY_INTEGER || r->element[1]->elements % 2) {
+        rc = WXG_EREDIS;
+        set_err(g->last_error, sizeof g->last_error, "unexpected inspect reply");
+        goto out;
+    }
+    rec = calloc(1, sizeof *rec);
+    if (!rec) {
+        rc = WXG_ENOMEM;
+        goto out;
+    }
+    rec->record_key = strdup(it->k.record);
+    if (!rec->record_key) {
+        rc = WXG_ENOMEM;
+        goto out;
+    }
+    int64_t now = r->element[0]->integer;
+    const redisReply *f = r->element[1];
+    size_t np = 0, pbytes = 0;
+    char st = 0;
+    for (size_t i = 0; i < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
+            rc = WXG_EREDIS;
+            goto out;
+        }
+        if (k->len > 2 && memcmp(k->str, "p:", 2) == 0) {
+            np++;
+            pbytes += k->len - 2 + 1 + v->len + 1;
+        } else if (k->len == 2 && memcmp(k->str, "st", 2) == 0 && v->len == 1) {
+            st = v->str[0];
+        } else if (k->len == 5 && memcmp(k->str, "owner", 5) == 0 &&
+                   v->len == WXG_GUARD_OWNER_LEN) {
+            memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
+            rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
+        } else if (k->len == 5 && memcmp(k->str, "fence", 5) == 0) {
+            rec->fence = (uint64_t)str_ll(v);
+        } else if (k->len == 7 && memcmp(k->str, "attempt", 7) == 0) {
+            rec->attempt = (uint32_t)str_ll(v);
+        } else if (k->len == 5 && memcmp(k->str, "lease", 5) == 0) {
+            rec->lease_ms_left = str_ll(v) - now;
+        } else if (k->len == 7 && memcmp(k->str, "claimed", 7) == 0) {
+            rec->claimed_at_ms = str_ll(v);
+        } else if (k->len == 5 && memcmp(k->str, "fails", 5) == 0) {
+            rec->fail_attempts = (uint32_t)str_ll(v);
+        } else if (k->len == 6 && memcmp(k->str, "reason", 6) == 0) {
+            rec->fail_reason = str_dup_reply(v);
+            if (!rec->fail_reason) {
+                rc = WXG_ENOMEM;
+                goto out;
+            }
+        }
+    }
+    if (np > 0) {
+        rec->finished = malloc(np * sizeof *rec->finished + pbytes);
+        if (!rec->finished) {
+            rc = WXG_ENOMEM;
+            goto out;
+        }
+        char *p = (char *)(rec->finished + np);
+        for (size_t i = 0; i < f->elements; i += 2) {
+            const redisReply *k = f->element[i], *v = f->element[i + 1];
+            if (!(k->len > 2 && memcmp(k->str, "p:", 2) == 0))
+                continue;
+            wxg_guard_plugin_result_t *pr = &rec->finished[rec->n_finished++];
+            memcpy(p, k->str + 2, k->len - 2);
+            p[k->len - 2] = '\0';
+            pr->name = p;
+            p += k->len - 1;
+            memcpy(p, v->str, v->len);
+            p[v->len] = '\0';
+            pr->result = (const unsigned char *)p;
+            pr->result_len = v->len;
+            p += v->len + 1;
+        }
+    }
+    rec->has_record = f->elements > 0;
+    rec->record_ttl_ms = r->element[2]->integer;
+    rec->payload_tag = wxg__guard_payload_tag(payload_hash);
+    if (r->element[3]->len > 0) {
+        rec->done_bucket = str_dup_reply(r->element[3]);
+        if (!rec->done_bucket) {
+            rc = WXG_ENOMEM;
+            goto out;
+        }
+        rec->done_payload_tag = (int)str_ll(r->element[4]);
+        rec->done_ttl_ms = r->element[5]->integer;
+    }
+    if (rec->done_bucket)
+        rec->state = WXG_GUARD_DONE;
+    else if (st == 'P')
+        rec->state = WXG_GUARD_PROCESSING;
+    else if (st == 'F')
+        rec->state = WXG_GUARD_FAILED;
+    else
+        rec->state = WXG_GUARD_ABSENT;
+out:
+    if (rc) {
+        wxg_guard_record_free(rec);
+        rec = NULL;
+    } else {
+        *out = rec;
+    }
+    batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_release(wxg_guard_t *g, const char *key, size_t key_len, int *released)
+{
+    if (!g)
+        return WXG_EINVAL;
+    batch b;
+    int rc = admin_batch(g, &b, S_RELEASE, key, key_len);
+    if (rc)
+        goto out;
+    batch_hdr_num(&b, g->conf.failed_retention_ms);
+    rc = batch_build(g, &b);
+    if (rc)
+        goto out;
+    rc = batch_run(g, &b, 1, 0);
+    if (rc)
+        goto out;
+    const redisReply *r = b.chunks[0].reply;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        rc = WXG_EREDIS;
+        goto out;
+    }
+    if (released)
+        *released = r->integer == 1;
+out:
+    batch_free(&b);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Renewal watchdog
+ */
+
+struct wxg_guard_watch_s {
+    struct wxg_guard_watch_s *prev, *next;
+    char *key;
+    size_t key_len;
+    uint64_t fence;
+    char owner[WXG_GUARD_OWNER_LEN + 1];
+    atomic_int status;
+    atomic_llong touched_ms;
+    int64_t registered_ms; /* local monotonic clock */
+    int64_t renewed_ms;    /* last successful renewal (or registration) */
+    int busy;              /* being renewed by the thread right now (under mu) */
+    int orphan;            /* removed by its owner while busy: the thread frees it */
+};
+
+struct wxg_guard_watchdog_s {
+    wxg_guard_t *g;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    struct wxg_guard_watch_s *head;
+    int64_t lease_ms, max_extension_ms, owner_timeout_ms;
+    atomic_ullong batches, renewals;
+};
+
+static void watch_free(struct wxg_guard_watch_s *w)
+{
+    free(w->key);
+    free(w);
+}
+
+static void watch_unlink(wxg_guard_watchdog_t *wd, struct wxg_guard_watch_s *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        wd->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+}
+
+static void cond_deadline(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+/* Marks registrations that must no longer be renewed and collects the due ones (marked busy).
+ * Called with mu held. Returns how many were collected into `due`. */
+static size_t watchdog_collect(wxg_guard_watchdog_t *wd, struct wxg_guard_watch_s **due, size_t cap,
+                               int64_t now)
+{
+    size_t n = 0;
+    int64_t period = wd->lease_ms / 3 > 0 ? wd->lease_ms / 3 : 1;
+    for (struct wxg_guard_watch_s *w = wd->head; w; w = w->next) {
+        if (atomic_load(&w->status) != WXG_GUARD_WATCH_LIVE)
+            continue;
+        if (wd->owner_timeout_ms > 0 &&
+            now - (int64_t)atomic_load(&w->touched_ms) > wd->owner_timeout_ms) {
+            atomic_store(&w->status, WXG_GUARD_WATCH_ABANDONED);
+            continue;
+        }
+        if (now - w->registered_ms >= wd->max_extension_ms) {
+            atomic_store(&w->status, WXG_GUARD_WATCH_EXHAUSTED);
+            continue;
+        }
+        if (now - w->renewed_ms > wd->lease_ms) {
+            /* Renewals kept failing: the lease may have expired and someone else may own it. */
+            atomic_store(&w->status, WXG_GUARD_WATCH_UNSURE);
+            continue;
+        }
+        if (now - w->renewed_ms >= period && n < cap) {
+            w->busy = 1;
+            due[n++] = w;
+        }
+    }
+    return n;
+}
+
+static void *watchdog_main(void *arg)
+{
+    wxg_guard_watchdog_t *wd = arg;
+    size_t cap = (size_t)wd->g->conf.batch_max * 4;
+    struct wxg_guard_watch_s **due = calloc(cap, sizeof *due);
+    wxg_guard_ticket_t *t = calloc(cap, sizeof *t);
+    int *res = calloc(cap, sizeof *res);
+    /* Wake often enough that a registration is renewed between lease/3 and lease/2 after the
+     * previous renewal. */
+    int64_t tick = wd->lease_ms / 6 > 0 ? wd->lease_ms / 6 : 1;
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        size_t n = (due && t && res) ? watchdog_collect(wd, due, cap, mono_ms()) : 0;
+        if (n > 0) {
+            for (size_t i = 0; i < n; i++) {
+                t[i].key = due[i]->key;
+                t[i].key_len = due[i]->key_len;
+                t[i].fence = due[i]->fence;
+                memcpy(t[i].owner, due[i]->owner, sizeof t[i].owner);
+            }
+            pthread_mutex_unlock(&wd->mu);
+            int64_t sent_at = mono_ms();
+            int rc = wxg_guard_renew_batch(wd->g, t, n, res);
+            atomic_fetch_add(&wd->batches, 1);
+            pthread_mutex_lock(&wd->mu);
+            for (size_t i = 0; i < n; i++) {
+                struct wxg_guard_watch_s *w = due[i];
+                w->busy = 0;
+                if (w->orphan) {
+                    watch_free(w);
+                    continue;
+                }
+                if (rc != 0)
+                    continue; /* retried next tick; UNSURE once a lease passes without one */
+                if (res[i] == WXG_GUARD_OK) {
+                    /* Count the lease from when the request left, not when it came back. */
+                    w->renewed_ms = sent_at;
+                    atomic_fetch_add(&wd->renewals, 1);
+                } else {
+                    atomic_store(&w->status, WXG_GUARD_WATCH_LOST);
+                }
+            }
+            if (n == cap)
+                continue; /* more may be due */
+        }
+        if (wd->stop)
+            break;
+        struct timespec ts;
+        cond_deadline(&ts, tick);
+        pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+    }
+    pthread_mutex_unlock(&wd->mu);
+    free(due);
+    free(t);
+    free(res);
+    return NULL;
+}
+
+wxg_guard_watchdog_t *wxg_guard_watchdog_new(const wxg_guard_conf_t *conf, int64_t max_extension_ms,
+                                             int64_t owner_timeout_ms, int *err, char *errstr,
+                                             size_t errstr_size)
+{
+    int rc = 0;
+    wxg_guard_watchdog_t *wd = calloc(1, sizeof *wd);
+    if (!wd) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "out of memory");
+        goto fail_alloc;
+    }
+    wd->g = wxg_guard_new(conf, &rc, errstr, errstr_size);
+    if (!wd->g)
+        goto fail_guard;
+    wd->lease_ms = wd->g->conf.lease_ms;
+    wd->max_extension_ms = max_extension_ms > 0 ? max_extension_ms : 10 * wd->lease_ms;
+    wd->owner_timeout_ms = owner_timeout_ms > 0 ? owner_timeout_ms : 0;
+    atomic_init(&wd->batches, 0);
+    atomic_init(&wd->renewals, 0);
+    if (pthread_mutex_init(&wd->mu, NULL) != 0) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "pthread_mutex_init failed");
+        goto fail_mutex;
+    }
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "pthread_condattr_init failed");
+        goto fail_cond;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int crc = pthread_cond_init(&wd->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (crc != 0) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "pthread_cond_init failed");
+        goto fail_cond;
+    }
+    if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
+        rc = WXG_ENOMEM;
+        set_err(errstr, errstr_size, "cannot start the watchdog thread");
+        goto fail_thread;
+    }
+    if (err)
+        *err = 0;
+    return wd;
+
+fail_thread:
+    pthread_cond_destroy(&wd->cv);
+fail_cond:
+    pthread_mutex_destroy(&wd->mu);
+fail_mutex:
+    wxg_guard_destroy(wd->g);
+fail_guard:
+    free(wd);
+fail_alloc:
+    if (err)
+        *err = rc;
+    return NULL;
+}
+
+void wxg_guard_watchdog_destroy(wxg_guard_watchdog_t *wd)
+{
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = 1;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->thread, NULL);
+    while (wd->head) {
+        struct wxg_guard_watch_s *w = wd->head;
+        watch_unlink(wd, w);
+        watch_free(w);
+    }
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+    wxg_guard_destroy(wd->g);
+    free(wd);
+}
+
+wxg_guard_watch_t *wxg_guard_watchdog_add(wxg_guard_watchdog_t *wd, const wxg_guard_ticket_t *t)
+{
+    if (!wd || !ticket_valid(t))
+        return NULL;
+    struct wxg_guard_watch_s *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->key = malloc(t->key_len);
+    if (!w->key) {
+        free(w);
+        return NULL;
+    }
+    memcpy(w->key, t->key, t->key_len);
+    w->key_len = t->key_len;
+    w->fence = t->fence;
+    memcpy(w->owner, t->owner, sizeof w->owner);
+    int64_t now = mono_ms();
+    atomic_init(&w->status, WXG_GUARD_WATCH_LIVE);
+    atomic_init(&w->touched_ms, now);
+    w->registered_ms = now;
+    w->renewed_ms = now;
+    pthread_mutex_lock(&wd->mu);
+    w->next = wd->head;
+    if (wd->head)
+        wd->head->prev = w;
+    wd->head = w;
+    pthread_mutex_unlock(&wd->mu);
+    return w;
+}
+
+void wxg_guard_watchdog_remove(wxg_guard_watchdog_t *wd, wxg_guard_watch_t *w)
+{
+    if (!wd || !w)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    watch_unlink(wd, w);
+    if (w->busy)
+        w->orphan = 1;
+    else
+        watch_free(w);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+int wxg_guard_watch_status(const wxg_guard_watch_t *w)
+{
+    return atomic_load(&((wxg_guard_watch_t *)w)->status);
+}
+
+void wxg_guard_watch_touch(wxg_guard_watch_t *w)
+{
+    if (w)
+        atomic_store(&w->touched_ms, mono_ms());
+}
+
+void wxg_guard_watchdog_counts(wxg_guard_watchdog_t *wd, uint64_t *batches, uint64_t *renewals)
+{
+    if (batches)
+        *batches = atomic_load(&wd->batches);
+    if (renewals)
+        *renewals = atomic_load(&wd->renewals);
+}

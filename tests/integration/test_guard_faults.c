@@ -1,0 +1,255 @@
+/* Redis faults against a private redis-server: restarted empty mid-run (also in the middle of a
+ * batch), SCRIPT FLUSH, and a SIGSTOP longer than the command timeout. The guard must reconnect
+ * and reload its scripts, never crash, never report success for a DONE it could not write, and
+ * return retriable errors while Redis is away. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guardtest.h"
+#include "testenv.h"
+#include "wxguard/guard.h"
+
+typedef struct fixture {
+    wxg_test_redis_t redis;
+    char prefix[64];
+    wxg_guard_conf_t conf;
+    wxg_guard_t *g;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (wxg_test_redis_start(&f->redis, NULL) != 0)
+        fail_msg("cannot start a private redis-server");
+    gt_conf(&f->conf, "127.0.0.1", f->redis.port, "faults", f->prefix, sizeof f->prefix);
+    f->conf.command_timeout_ms = 300;
+    f->conf.connect_timeout_ms = 300;
+    f->g = gt_open(&f->conf);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    wxg_guard_destroy(f->g);
+    wxg_test_redis_stop(&f->redis);
+    free(f);
+    return 0;
+}
+
+static int retriable(int rc)
+{
+    return rc == WXG_ECONN || rc == WXG_ETIMEDOUT || rc == WXG_EREDIS;
+}
+
+/* Calls fn until it stops failing with a retriable error (bounded); returns its last code and
+ * counts the retriable failures in *fails. */
+#define RETRY(rc, fails, call)                                         \
+    do {                                                               \
+        int64_t end_ = wxg_test_now_ms() + 10000LL * wxg_test_scale(); \
+        for (;;) {                                                     \
+            (rc) = (call);                                             \
+            if (!retriable(rc) || wxg_test_now_ms() > end_)            \
+                break;                                                 \
+            (fails)++;                                                 \
+            wxg_test_sleep_ms(20);                                     \
+        }                                                              \
+    } while (0)
+
+static void restart_empty_mid_run_refuses_the_lost_done_and_recovers(void **state)
+{
+    fixture *f = *state;
+    const char *done_key = "bot:n:1", *key = "bot:n:2";
+    wxg_guard_claim_t c0, c1, x;
+    assert_int_equal(wxg_guard_claim(f->g, done_key, strlen(done_key), NULL, &c0), 0);
+    assert_int_equal(wxg_guard_complete(f->g, &c0.ticket, NULL), 0);
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c1), 0);
+    assert_int_equal(c1.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_plugin_done(f->g, &c1.ticket, "billing", "r1", 2), 0);
+
+    assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
+
+    int rc, fails = 0, already = 0;
+    RETRY(rc, fails, wxg_guard_complete(f->g, &c1.ticket, &already));
+    /* The record died with the server: completing must be refused, not reported as done. */
+    assert_int_equal(rc, WXG_ELEASELOST);
+    assert_true(fails >= 1); /* the old connection's death was reported, not hidden */
+    wxg_guard_stats_t st;
+    wxg_guard_get_stats(f->g, &st);
+    assert_true(st.connects >= 2);
+    /* The guard works again, on an empty server: the old DONE is gone (no persistence), so
+     * the message is claimable again; docs/guard.md says why persistence matters. */
+    assert_int_equal(wxg_guard_claim(f->g, done_key, strlen(done_key), NULL, &x), 0);
+    assert_int_equal(x.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_complete(f->g, &x.ticket, NULL), 0);
+    assert_int_equal(wxg_guard_claim(f->g, done_key, strlen(done_key), NULL, &x), 0);
+    assert_int_equal(x.outcome, WXG_GUARD_DUPLICATE);
+    wxg_guard_claim_clear(&c0);
+    wxg_guard_claim_clear(&c1);
+}
+
+static void
+restart_in_the_middle_of_a_batch_completes_nothing_falsely_and_loses_nothing(void **state)
+{
+    fixture *f = *state;
+    enum { N = 64 };
+    static char keys[N][32];
+    wxg_guard_msg_t msgs[N];
+    wxg_guard_claim_t out[N];
+    wxg_guard_ticket_t t[N];
+    int res[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "bot:n:9%04d", i);
+        msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), NULL};
+    }
+    /* The first half completes before the restart, the second half is in flight. */
+    assert_int_equal(wxg_guard_claim_batch(f->g, msgs, N, out), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
+        t[i] = out[i].ticket;
+    }
+    assert_int_equal(wxg_guard_complete_batch(f->g, t, N / 2, res), 0);
+    assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
+    int rc, fails = 0;
+    for (int i = 0; i < N; i++)
+        res[i] = -9;
+    RETRY(rc, fails, wxg_guard_complete_batch(f->g, t + N / 2, N / 2, res + N / 2));
+    assert_int_equal(rc, 0);
+    assert_true(fails >= 1);
+    for (int i = N / 2; i < N; i++)
+        assert_int_equal(res[i], WXG_GUARD_LEASE_LOST); /* never OK, never ALREADY_DONE */
+    /* Nothing in flight was lost: every in-flight message can be claimed and processed again
+     * (and the server restarted empty, so the completed half is claimable too). */
+    wxg_guard_claim_t again[N];
+    assert_int_equal(wxg_guard_claim_batch(f->g, msgs, N, again), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(again[i].outcome, WXG_GUARD_CLAIMED);
+        assert_int_equal(again[i].ticket.fence, 1);
+        wxg_guard_claim_clear(&again[i]);
+        wxg_guard_claim_clear(&out[i]);
+    }
+}
+
+static void script_flush_is_repaired_transparently_by_reloading(void **state)
+{
+    fixture *f = *state;
+    redisContext *raw = gt_redis("127.0.0.1", f->redis.port, NULL);
+    const char *argv[2] = {"SCRIPT", "FLUSH"};
+    freeReplyObject(gt_cmd(raw, 2, argv));
+    wxg_guard_stats_t s0, s1;
+    wxg_guard_get_stats(f->g, &s0);
+    const char *key = "bot:n:3";
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(c.ticket.fence, 1); /* ran exactly once after the reload */
+    freeReplyObject(gt_cmd(raw, 2, argv));
+    assert_int_equal(wxg_guard_complete(f->g, &c.ticket, NULL), 0);
+    wxg_guard_get_stats(f->g, &s1);
+    assert_int_equal(s1.noscript_reloads - s0.noscript_reloads, 2);
+    assert_int_equal(s1.connects, s0.connects); /* same connection throughout */
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_DUPLICATE);
+    redisFree(raw);
+}
+
+static void paused_redis_gives_retriable_timeouts_and_the_guard_recovers(void **state)
+{
+    fixture *f = *state;
+    const char *key = "bot:n:4", *later = "bot:n:5";
+    wxg_guard_claim_t c;
+    assert_int_equal(kill(f->redis.pid, SIGSTOP), 0);
+    int64_t t0 = wxg_test_now_ms();
+    int rc = wxg_guard_claim(f->g, key, strlen(key), NULL, &c);
+    int64_t took = wxg_test_now_ms() - t0;
+    assert_int_equal(rc, WXG_ETIMEDOUT);
+    assert_true(took >= 250 && took < 3000);
+    assert_int_equal(wxg_err_class(rc), WXG_CLASS_RETRIABLE);
+    /* While paused every call fails fast or times out; none pretends to succeed. */
+    for (int i = 0; i < 3; i++) {
+        rc = wxg_guard_claim(f->g, later, strlen(later), NULL, &c);
+        assert_true(rc == WXG_ETIMEDOUT || rc == WXG_ECONN);
+    }
+    wxg_test_sleep_ms(700);
+    assert_int_equal(kill(f->redis.pid, SIGCONT), 0);
+    int fails = 0;
+    RETRY(rc, fails, wxg_guard_claim(f->g, later, strlen(later), NULL, &c));
+    assert_int_equal(rc, 0);
+    /* A claim sent while paused may have run once Redis resumed (its outcome was unknown), so
+     * a later claim of that key is CLAIMED, or BUSY under that lost claim's lease. */
+    assert_true(c.outcome == WXG_GUARD_CLAIMED || c.outcome == WXG_GUARD_BUSY);
+    wxg_guard_claim_t d;
+    const char *fresh = "bot:n:6";
+    assert_int_equal(wxg_guard_claim(f->g, fresh, strlen(fresh), NULL, &d), 0);
+    assert_int_equal(d.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_complete(f->g, &d.ticket, NULL), 0);
+    wxg_guard_stats_t st;
+    wxg_guard_get_stats(f->g, &st);
+    assert_true(st.timeouts >= 1);
+    wxg_guard_claim_clear(&c);
+    wxg_guard_claim_clear(&d);
+}
+
+static void watchdog_flags_unsure_when_redis_stays_away_past_the_lease(void **state)
+{
+    fixture *f = *state;
+    wxg_guard_conf_t conf = f->conf;
+    conf.lease_ms = 300;
+    conf.command_timeout_ms = 100;
+    char err[256];
+    wxg_guard_watchdog_t *wd = wxg_guard_watchdog_new(&conf, 0, 0, NULL, err, sizeof err);
+    assert_non_null(wd);
+    const char *key = "bot:n:7";
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    wxg_guard_watch_t *w = wxg_guard_watchdog_add(wd, &c.ticket);
+    assert_int_equal(kill(f->redis.pid, SIGSTOP), 0);
+    int64_t end = wxg_test_now_ms() + 3000;
+    while (wxg_guard_watch_status(w) == WXG_GUARD_WATCH_LIVE && wxg_test_now_ms() < end)
+        wxg_test_sleep_ms(20);
+    assert_int_equal(kill(f->redis.pid, SIGCONT), 0);
+    assert_int_equal(wxg_guard_watch_status(w), WXG_GUARD_WATCH_UNSURE);
+    wxg_guard_watchdog_remove(wd, w);
+    wxg_guard_watchdog_destroy(wd);
+    wxg_guard_claim_clear(&c);
+}
+
+static void unreachable_redis_at_start_is_a_retriable_connection_error(void **state)
+{
+    fixture *f = *state;
+    wxg_guard_conf_t conf = f->conf;
+    conf.port = wxg_test_free_port();
+    char err[256] = "";
+    int rc = 0;
+    assert_null(wxg_guard_new(&conf, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_ECONN);
+    assert_non_null(strstr(err, "127.0.0.1"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(restart_empty_mid_run_refuses_the_lost_done_and_recovers,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            restart_in_the_middle_of_a_batch_completes_nothing_falsely_and_loses_nothing, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(script_flush_is_repaired_transparently_by_reloading, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            paused_redis_gives_retriable_timeouts_and_the_guard_recovers, setup, teardown),
+        cmocka_unit_test_setup_teardown(watchdog_flags_unsure_when_redis_stays_away_past_the_lease,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(unreachable_redis_at_start_is_a_retriable_connection_error,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,130 @@
+/*
+ * DESIGN: helpers for the guard's integration tests (see guardtest.h). Single-threaded use by the
+ * test's main thread; every failure is a cmocka failure with a message.
+ */
+#include "guardtest.h"
+
+#include <stdarg.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+void gt_conf(wxg_guard_conf_t *c, const char *host, int port, const char *tag, char *buf,
+             size_t bufsize)
+{
+    unsigned r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+        r = (unsigned)getpid();
+    snprintf(buf, bufsize, "t%d-%s-%08x:", (int)getpid(), tag, r);
+    wxg_guard_conf_init(c);
+    c->host = host;
+    c->port = port;
+    c->prefix = buf;
+    c->connect_timeout_ms = 2000;
+    c->command_timeout_ms = 2000;
+    c->lease_ms = 10000;
+    c->reconnect_min_ms = 10;
+    c->reconnect_max_ms = 200;
+}
+
+wxg_guard_t *gt_open(const wxg_guard_conf_t *c)
+{
+    char err[256] = "";
+    int rc = 0;
+    wxg_guard_t *g = wxg_guard_new(c, &rc, err, sizeof err);
+    if (!g)
+        fail_msg("wxg_guard_new: %s (%s)", err, wxg_err_name(rc));
+    return g;
+}
+
+redisContext *gt_redis(const char *host, int port, const char *password)
+{
+    struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (!c || c->err)
+        fail_msg("connect %s:%d: %s", host, port, c ? c->errstr : "oom");
+    redisSetTimeout(c, tv);
+    if (password) {
+        const char *argv[2] = {"AUTH", password};
+        redisReply *r = gt_cmd(c, 2, argv);
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+redisReply *gt_cmd(redisContext *c, int argc, const char **argv)
+{
+    size_t lens[16];
+    assert_true(argc <= 16);
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (!r)
+        fail_msg("%s: %s", argv[0], c->errstr);
+    return r;
+}
+
+size_t gt_scan(redisContext *c, const char *pattern, char ***keys)
+{
+    size_t n = 0, cap = 64;
+    char **out = calloc(cap + 1, sizeof *out);
+    assert_non_null(out);
+    char cursor[32] = "0";
+    for (int rounds = 0; rounds < 100000; rounds++) {
+        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        redisReply *r = gt_cmd(c, 6, argv);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        redisReply *ks = r->element[1];
+        for (size_t i = 0; i < ks->elements; i++) {
+            if (n == cap) {
+                cap *= 2;
+                out = realloc(out, (cap + 1) * sizeof *out);
+                assert_non_null(out);
+            }
+            out[n] = malloc(ks->element[i]->len + 1);
+            assert_non_null(out[n]);
+            memcpy(out[n], ks->element[i]->str, ks->element[i]->len);
+            out[n][ks->element[i]->len] = '\0';
+            n++;
+        }
+        freeReplyObject(r);
+        if (strcmp(cursor, "0") == 0)
+            break;
+    }
+    out[n] = NULL;
+    *keys = out;
+    return n;
+}
+
+void gt_free_keys(char **keys)
+{
+    if (!keys)
+        return;
+    for (size_t i = 0; keys[i]; i++)
+        free(keys[i]);
+    free(keys);
+}
+
+long long gt_pttl(redisContext *c, const char *key)
+{
+    const char *argv[2] = {"PTTL", key};
+    redisReply *r = gt_cmd(c, 2, argv);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+size_t gt_count(redisContext *c, const char *pattern)
+{
+    char **keys = NULL;
+    size_t n = gt_scan(c, pattern, &keys);
+    gt_free_keys(keys);
+    return n;
+}

@@ -1,0 +1,42 @@
+/*
+ * Helpers for the guard's integration tests: a configuration with a prefix of its own (so that
+ * tests sharing one redis-server never see each other's keys), a raw hiredis connection for
+ * checking what the guard wrote, and key scans.
+ *
+ * Not thread-safe except where noted; failures fail the current cmocka test.
+ */
+#ifndef WXG_GUARDTEST_H
+#define WXG_GUARDTEST_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+#include "wxguard/guard.h"
+
+/* Defaults for a test: the given server, a fresh prefix "t<pid>-<tag>-<random>:", short
+ * timeouts, and a DONE layout sized for tests. The prefix lives in a static buffer per call
+ * site's `buf` (at least 64 bytes). */
+void gt_conf(wxg_guard_conf_t *c, const char *host, int port, const char *tag, char *buf,
+             size_t bufsize);
+
+/* wxg_guard_new() that fails the test with the error text on failure. */
+wxg_guard_t *gt_open(const wxg_guard_conf_t *c);
+
+/* A plain connection (AUTH with `password` when not NULL). */
+redisContext *gt_redis(const char *host, int port, const char *password);
+
+/* Runs one command given as an argv of NUL-terminated strings; fails the test on I/O errors. */
+redisReply *gt_cmd(redisContext *c, int argc, const char **argv);
+
+/* Every key matching `pattern` (SCAN, bounded). Returns the count; *keys is a NULL-terminated
+ * array the caller frees with gt_free_keys(). */
+size_t gt_scan(redisContext *c, const char *pattern, char ***keys);
+void gt_free_keys(char **keys);
+
+/* PTTL of a key. */
+long long gt_pttl(redisContext *c, const char *key);
+
+/* Number of keys matching the pattern. */
+size_t gt_count(redisContext *c, const char *pattern);
+
+#endif
