@@ -20,6 +20,8 @@ extern const char wxg__lua_fail[];
 extern const char wxg__lua_inspect[];
 extern const char wxg__lua_release[];
 extern const char wxg__lua_layout[];
+extern const char wxg__lua_rearm[];
+extern const char wxg__lua_purge[];
 
 /* The false-duplicate requirement: below WXG__FALSE_DUP_P over a retention window holding at
  * least WXG__FALSE_DUP_MARKERS markers (more when the configured rate implies more). */

@@ -2,7 +2,8 @@
 --
 -- KEYS[i]   the in-flight record of message i (a hash)
 -- ARGV[1..4] lease ms, in-flight TTL ms, DONE retention ms, bucket width ms
--- then 4 values per message: owner token, DONE bucket stem, marker field, payload tag
+-- then 5 values per message: owner token, DONE bucket stem, marker field, payload tag,
+--   idempotency key (kept in the record so that the admin tool can name it)
 --
 -- Per message it returns one of
 --   {1, fence, attempt, {plugin, result, ...}}  CLAIMED
@@ -23,7 +24,7 @@ local bmin = math.floor((now - retention) / width)
 local bmax = math.floor(now / width)
 local out = {}
 for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 4
+  local a = 4 + (i - 1) * 5
   local rk = KEYS[i]
   local rec = redis.call('HMGET', rk, 'st', 'lease', 'fence', 'attempt')
   local res = nil
@@ -47,7 +48,7 @@ for i = 1, #KEYS do
     redis.call('HSET', rk, 'st', 'P', 'owner', ARGV[a + 1],
                'lease', string.format('%d', now + lease), 'claimed', string.format('%d', now),
                'fence', string.format('%d', fence), 'attempt', string.format('%d', attempt),
-               'ph', ARGV[a + 4])
+               'ph', ARGV[a + 4], 'k', ARGV[a + 5])
     redis.call('PEXPIRE', rk, ttl)
     local done = {}
     if rec[1] then
