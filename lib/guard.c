@@ -998,7 +998,6 @@ static int batch_build(wxg_guard_t *g, batch *b)
  * the replies. Returns 0, or a call-level error; NOSCRIPT replies are left for the caller. */
 static int send_round(wxg_guard_t *g, batch *b, int with_wait, long long *acks)
 {
-    size_t sent = 0;
     for (size_t i = 0; i < b->nchunks; i++) {
         chunk *c = &b->chunks[i];
         if (c->reply)
@@ -1007,7 +1006,6 @@ static int send_round(wxg_guard_t *g, batch *b, int with_wait, long long *acks)
         if (redisAppendCommandArgv(g->ctx, c->argc, c->argv, c->lens) != REDIS_OK)
             goto io_error;
         g->stats.script_calls++;
-        sent++;
     }
     char wn[16], wt[16];
     if (with_wait) {
@@ -1038,7 +1036,6 @@ static int send_round(wxg_guard_t *g, batch *b, int with_wait, long long *acks)
         freeReplyObject(w);
     }
     g->stats.round_trips++;
-    (void)sent;
     return 0;
 
 io_error:;

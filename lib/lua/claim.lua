@@ -22,6 +22,15 @@ local retention = tonumber(ARGV[3])
 local width = tonumber(ARGV[4])
 local bmin = math.floor((now - retention) / width)
 local bmax = math.floor(now / width)
+-- Formatting numbers in Lua costs far more than a redis.call, so the bucket suffixes are built
+-- once per call; the per-message fence and attempt go to redis.call as numbers, which Redis
+-- writes as exact integers.
+local sfx = {}
+for b = bmax, bmin, -1 do
+  sfx[#sfx + 1] = string.format('%d', b)
+end
+local lease_until = string.format('%d', now + lease)
+local now_s = string.format('%d', now)
 local out = {}
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 5
@@ -33,8 +42,8 @@ for i = 1, #KEYS do
   elseif not rec[1] then
     -- No in-flight record: DONE messages live only in the compact buckets.
     local stem, field = ARGV[a + 2], ARGV[a + 3]
-    for b = bmax, bmin, -1 do
-      local v = redis.call('HGET', stem .. string.format('%d', b), field)
+    for j = 1, #sfx do
+      local v = redis.call('HGET', stem .. sfx[j], field)
       if v then
         res = {2, (v ~= ARGV[a + 4]) and 1 or 0}
         break
@@ -45,10 +54,8 @@ for i = 1, #KEYS do
     -- Equivalent to HINCRBY inside this atomic call, folded into one HSET.
     local fence = (tonumber(rec[3]) or 0) + 1
     local attempt = (tonumber(rec[4]) or 0) + 1
-    redis.call('HSET', rk, 'st', 'P', 'owner', ARGV[a + 1],
-               'lease', string.format('%d', now + lease), 'claimed', string.format('%d', now),
-               'fence', string.format('%d', fence), 'attempt', string.format('%d', attempt),
-               'ph', ARGV[a + 4], 'k', ARGV[a + 5])
+    redis.call('HSET', rk, 'st', 'P', 'owner', ARGV[a + 1], 'lease', lease_until,
+               'claimed', now_s, 'fence', fence, 'attempt', attempt, 'ph', ARGV[a + 4], 'k', ARGV[a + 5])
     redis.call('PEXPIRE', rk, ttl)
     local done = {}
     if rec[1] then

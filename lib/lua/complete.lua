@@ -14,22 +14,28 @@ local retention = tonumber(ARGV[1])
 local width = tonumber(ARGV[2])
 local bmin = math.floor((now - retention) / width)
 local bmax = math.floor(now / width)
+-- Suffixes formatted once per call (see claim.lua).
+local sfx = {}
+for b = bmax, bmin, -1 do
+  sfx[#sfx + 1] = string.format('%d', b)
+end
+local expire_at = string.format('%d', (bmax + 1) * width + retention)
 local out = {}
 for i = 1, #KEYS do
   local a = 2 + (i - 1) * 4
   local stem, field = ARGV[a + 3], ARGV[a + 4]
   local rec = redis.call('HMGET', KEYS[i], 'st', 'owner', 'fence', 'ph')
   if rec[1] == 'P' and rec[2] == ARGV[a + 1] and rec[3] == ARGV[a + 2] then
-    local bk = stem .. string.format('%d', bmax)
+    local bk = stem .. sfx[1]
     redis.call('HSET', bk, field, rec[4] or '0')
-    redis.call('PEXPIREAT', bk, string.format('%d', (bmax + 1) * width + retention))
+    redis.call('PEXPIREAT', bk, expire_at)
     redis.call('DEL', KEYS[i])
     out[i] = 0
   else
     out[i] = -1
     if not rec[1] then
-      for b = bmax, bmin, -1 do
-        if redis.call('HEXISTS', stem .. string.format('%d', b), field) == 1 then
+      for j = 1, #sfx do
+        if redis.call('HEXISTS', stem .. sfx[j], field) == 1 then
           out[i] = 1
           break
         end

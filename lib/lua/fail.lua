@@ -13,7 +13,7 @@ for i = 1, #KEYS do
   local rec = redis.call('HMGET', KEYS[i], 'st', 'owner', 'fence')
   if rec[1] == 'P' and rec[2] == ARGV[a + 1] and rec[3] == ARGV[a + 2] then
     redis.call('HSET', KEYS[i], 'st', 'F', 'reason', ARGV[a + 3], 'fails', ARGV[a + 4],
-               'failed', string.format('%d', now))
+               'failed', now)
     redis.call('HDEL', KEYS[i], 'owner', 'lease')
     redis.call('PEXPIRE', KEYS[i], ttl)
     out[i] = 0

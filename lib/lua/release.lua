@@ -9,7 +9,7 @@ if redis.call('HGET', KEYS[1], 'st') ~= 'P' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], 'st', 'F', 'reason', 'released', 'failed', string.format('%d', now))
+redis.call('HSET', KEYS[1], 'st', 'F', 'reason', 'released', 'failed', now)
 redis.call('HDEL', KEYS[1], 'owner', 'lease')
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
 return 1

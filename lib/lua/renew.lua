@@ -10,12 +10,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
+local lease_until = string.format('%d', now + lease)
 local out = {}
 for i = 1, #KEYS do
   local a = 2 + (i - 1) * 2
   local rec = redis.call('HMGET', KEYS[i], 'st', 'owner', 'fence')
   if rec[1] == 'P' and rec[2] == ARGV[a + 1] and rec[3] == ARGV[a + 2] then
-    redis.call('HSET', KEYS[i], 'lease', string.format('%d', now + lease))
+    redis.call('HSET', KEYS[i], 'lease', lease_until)
     redis.call('PEXPIRE', KEYS[i], ttl)
     out[i] = 0
   else

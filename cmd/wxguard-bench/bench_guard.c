@@ -1,0 +1,613 @@
+/*
+ * wxguard-bench guard: what the idempotency guard costs Redis, beside a naive design.
+ *
+ * Real design: the wxguard guard (claim and complete as batched Lua script calls, compact
+ * time-bucketed DONE markers). Naive design: two round trips per message, SET key owner NX PX
+ * <lease> to claim and SET key D EX <retention> to mark DONE, one key per marker.
+ *
+ * For each thread count it measures claim+complete pairs per second, Redis CPU per message (the
+ * server's used_cpu_sys + used_cpu_user before and after) and round trips per message, and runs
+ * redis-benchmark with EVALSHA of a comparable one-message claim script at the same client
+ * count, in the same run, for the ratio. Then it writes --markers DONE markers with each design
+ * and reports Redis's used_memory growth per marker.
+ *
+ * The database it uses must be empty at start (it is flushed at the end), so it can never eat
+ * someone else's data. Point it at a private redis-server.
+ */
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "wxguard/guard.h"
+
+enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2 };
+
+typedef struct opts {
+    const char *host;
+    int port;
+    int db;
+    int threads[16];
+    int nthreads;
+    uint64_t messages;
+    int batch;
+    int designs;
+    uint64_t markers;
+    uint64_t rb_requests;
+    int memory_threads;
+    int64_t bucket_ms; /* 0 = the guard's default (retention / 7) */
+} opts;
+
+typedef struct job {
+    const opts *o;
+    int design;
+    int tid;
+    uint64_t count;
+    unsigned run;
+    const wxg_guard_conf_t *conf;
+    int pipelined; /* naive memory phase only: depth o->batch */
+    uint64_t round_trips;
+    uint64_t failures;
+    char err[256];
+} job;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "wxguard-bench guard: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static redisContext *connect_admin(const opts *o)
+{
+    struct timeval tv = {.tv_sec = 30, .tv_usec = 0};
+    redisContext *c = redisConnectWithTimeout(o->host, o->port, tv);
+    if (!c || c->err)
+        die("cannot connect to %s:%d: %s", o->host, o->port, c ? c->errstr : "out of memory");
+    redisSetTimeout(c, tv);
+    if (o->db) {
+        redisReply *r = redisCommand(c, "SELECT %d", o->db);
+        if (!r || r->type == REDIS_REPLY_ERROR)
+            die("SELECT %d failed", o->db);
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/* A numeric field from INFO <section>. */
+static double info_field(redisContext *c, const char *section, const char *field)
+{
+    redisReply *r = redisCommand(c, "INFO %s", section);
+    if (!r || r->type != REDIS_REPLY_STRING)
+        die("INFO %s failed", section);
+    size_t fl = strlen(field);
+    double v = -1;
+    for (const char *p = r->str; p && *p;) {
+        if (strncmp(p, field, fl) == 0 && p[fl] == ':') {
+            v = strtod(p + fl + 1, NULL);
+            break;
+        }
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    freeReplyObject(r);
+    if (v < 0)
+        die("INFO %s has no %s", section, field);
+    return v;
+}
+
+static double redis_cpu_s(redisContext *c)
+{
+    return info_field(c, "cpu", "used_cpu_sys") + info_field(c, "cpu", "used_cpu_user");
+}
+
+static void info_string(redisContext *c, const char *section, const char *field, char *out,
+                        size_t size)
+{
+    redisReply *r = redisCommand(c, "INFO %s", section);
+    snprintf(out, size, "?");
+    if (r && r->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(r->str, field);
+        if (p) {
+            p += strlen(field) + 1;
+            size_t n = strcspn(p, "\r\n");
+            snprintf(out, size, "%.*s", (int)n, p);
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+}
+
+static long long dbsize(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "DBSIZE");
+    if (!r || r->type != REDIS_REPLY_INTEGER)
+        die("DBSIZE failed");
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+static void flushdb(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "FLUSHDB SYNC");
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        die("FLUSHDB failed");
+    freeReplyObject(r);
+}
+
+/* A realistic idempotency key: "<account>:n:<server id>". */
+static int make_key(char *buf, size_t size, unsigned run, int tid, uint64_t i)
+{
+    return snprintf(buf, size, "wxid_fakebot%06d:n:%llu", tid,
+                    7300000000000000000ULL + (unsigned long long)run * 1000000000ULL + i);
+}
+
+static void *real_worker(void *arg)
+{
+    job *j = arg;
+    int rc = 0;
+    wxg_guard_t *g = wxg_guard_new(j->conf, &rc, j->err, sizeof j->err);
+    if (!g) {
+        j->failures = j->count;
+        return NULL;
+    }
+    int B = j->o->batch;
+    char(*keys)[64] = calloc((size_t)B, sizeof *keys);
+    wxg_guard_msg_t *msgs = calloc((size_t)B, sizeof *msgs);
+    wxg_guard_claim_t *out = calloc((size_t)B, sizeof *out);
+    wxg_guard_ticket_t *t = calloc((size_t)B, sizeof *t);
+    int *res = calloc((size_t)B, sizeof *res);
+    if (!keys || !msgs || !out || !t || !res)
+        die("out of memory");
+    unsigned char hash[32] = {1, 2, 3};
+    for (uint64_t done = 0; done < j->count;) {
+        size_t n = j->count - done < (uint64_t)B ? (size_t)(j->count - done) : (size_t)B;
+        for (size_t i = 0; i < n; i++) {
+            int kl = make_key(keys[i], sizeof keys[i], j->run, j->tid, done + i);
+            msgs[i] = (wxg_guard_msg_t){keys[i], (size_t)kl, hash};
+        }
+        rc = wxg_guard_claim_batch(g, msgs, n, out);
+        if (rc) {
+            snprintf(j->err, sizeof j->err, "claim: %s", wxg_guard_last_error(g));
+            j->failures += n;
+            break;
+        }
+        size_t nt = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (out[i].outcome == WXG_GUARD_CLAIMED)
+                t[nt++] = out[i].ticket;
+            else
+                j->failures++;
+        }
+        rc = wxg_guard_complete_batch(g, t, nt, res);
+        if (rc) {
+            snprintf(j->err, sizeof j->err, "complete: %s", wxg_guard_last_error(g));
+            j->failures += nt;
+            break;
+        }
+        for (size_t i = 0; i < nt; i++)
+            j->failures += res[i] != WXG_GUARD_OK;
+        for (size_t i = 0; i < n; i++)
+            wxg_guard_claim_clear(&out[i]);
+        done += n;
+    }
+    wxg_guard_stats_t st;
+    wxg_guard_get_stats(g, &st);
+    j->round_trips = st.round_trips;
+    free(keys);
+    free(msgs);
+    free(out);
+    free(t);
+    free(res);
+    wxg_guard_destroy(g);
+    return NULL;
+}
+
+static void *naive_worker(void *arg)
+{
+    job *j = arg;
+    redisContext *c = connect_admin(j->o);
+    char key[96], owner[40];
+    const char *cl[6] = {"SET", key, owner, "NX", "PX", "30000"};
+    const char *dn[5] = {"SET", key, "D", "EX", "604800"};
+    size_t cll[6] = {3, 0, 32, 2, 2, 5}, dnl[5] = {3, 0, 1, 2, 6};
+    uint64_t depth = j->pipelined ? (uint64_t)j->o->batch : 1;
+    for (uint64_t done = 0; done < j->count;) {
+        uint64_t n = j->count - done < depth ? j->count - done : depth;
+        /* Claim round trip(s), then DONE round trip(s): the pipelined form (memory phase
+         * only) sends n of each per round trip. */
+        for (int phase = 0; phase < 2; phase++) {
+            for (uint64_t i = 0; i < n; i++) {
+                char idk[64];
+                make_key(idk, sizeof idk, j->run, j->tid, done + i);
+                int kl = snprintf(key, sizeof key, "wxgn:%s", idk);
+                snprintf(owner, sizeof owner, "%016llx%016llx",
+                         (unsigned long long)(done + i) * 0x9e3779b97f4a7c15ULL,
+                         (unsigned long long)j->tid);
+                cll[1] = dnl[1] = (size_t)kl;
+                if (phase == 0)
+                    redisAppendCommandArgv(c, 6, cl, cll);
+                else
+                    redisAppendCommandArgv(c, 5, dn, dnl);
+            }
+            for (uint64_t i = 0; i < n; i++) {
+                void *r = NULL;
+                if (redisGetReply(c, &r) != REDIS_OK || !r)
+                    die("naive: %s", c->errstr);
+                redisReply *rr = r;
+                if (rr->type != REDIS_REPLY_STATUS)
+                    j->failures++;
+                freeReplyObject(rr);
+            }
+            j->round_trips++;
+        }
+        done += n;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static wxg_guard_conf_t real_conf(const opts *o, char *prefix, size_t psize, unsigned run,
+                                  uint64_t markers)
+{
+    wxg_guard_conf_t c;
+    wxg_guard_conf_init(&c);
+    snprintf(prefix, psize, "wxgb%u:", run);
+    c.host = o->host;
+    c.port = o->port;
+    c.db = o->db;
+    c.prefix = prefix;
+    c.batch_max = o->batch;
+    c.command_timeout_ms = 30000;
+    /* The run compresses a time bucket's worth of markers into seconds: size the buckets for
+     * the density one time bucket has in steady state when it holds `markers` markers. */
+    c.done_bucket_ms = o->bucket_ms;
+    double width_s = (o->bucket_ms > 0 ? (double)o->bucket_ms : c.done_retention_ms / 7.0) / 1000;
+    c.done_expected_rate = (double)markers / width_s;
+    return c;
+}
+
+typedef struct run_result {
+    double pairs_per_s;
+    double cpu_us_per_msg;
+    double round_trips_per_msg;
+    uint64_t failures;
+} run_result;
+
+static run_result run_design(const opts *o, redisContext *admin, int design, int threads,
+                             uint64_t messages, unsigned run, int pipelined)
+{
+    char prefix[32];
+    wxg_guard_conf_t conf = real_conf(o, prefix, sizeof prefix, run, messages);
+    job *jobs = calloc((size_t)threads, sizeof *jobs);
+    pthread_t *th = calloc((size_t)threads, sizeof *th);
+    if (!jobs || !th)
+        die("out of memory");
+    for (int i = 0; i < threads; i++) {
+        jobs[i] = (job){.o = o,
+                        .design = design,
+                        .tid = i,
+                        .count = messages / (uint64_t)threads +
+                                 ((uint64_t)i < messages % (uint64_t)threads),
+                        .run = run,
+                        .conf = &conf,
+                        .pipelined = pipelined};
+    }
+    double cpu0 = redis_cpu_s(admin);
+    int64_t t0 = wxgb_now_us();
+    for (int i = 0; i < threads; i++) {
+        if (pthread_create(&th[i], NULL, design == DESIGN_REAL ? real_worker : naive_worker,
+                           &jobs[i]) != 0)
+            die("pthread_create failed");
+    }
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    int64_t t1 = wxgb_now_us();
+    double cpu1 = redis_cpu_s(admin);
+    run_result r = {0};
+    uint64_t rt = 0;
+    for (int i = 0; i < threads; i++) {
+        r.failures += jobs[i].failures;
+        rt += jobs[i].round_trips;
+        if (jobs[i].err[0])
+            fprintf(stderr, "thread %d: %s\n", i, jobs[i].err);
+    }
+    r.pairs_per_s = (double)messages / ((double)(t1 - t0) / 1e6);
+    r.cpu_us_per_msg = (cpu1 - cpu0) * 1e6 / (double)messages;
+    r.round_trips_per_msg = (double)rt / (double)messages;
+    free(jobs);
+    free(th);
+    return r;
+}
+
+/* The one-message script redis-benchmark runs: the core of a claim (read the record, write the
+ * owner and lease, set the TTL). */
+static const char rb_script[] =
+    "local t = redis.call('TIME')\n"
+    "local rec = redis.call('HMGET', KEYS[1], 'st', 'lease')\n"
+    "if rec[1] == 'P' then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'st', 'P', 'owner', ARGV[1], 'lease', t[1])\n"
+    "redis.call('PEXPIRE', KEYS[1], 30000)\n"
+    "return 1\n";
+
+/* Runs redis-benchmark as a child process and returns its requests per second, or -1. */
+static double redis_benchmark(const opts *o, const char *sha, int clients)
+{
+    char port[16], c[16], n[32], db[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    snprintf(c, sizeof c, "%d", clients);
+    snprintf(n, sizeof n, "%llu", (unsigned long long)o->rb_requests);
+    snprintf(db, sizeof db, "%d", o->db);
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        const char *argv[] = {"redis-benchmark",
+                              "-h",
+                              o->host,
+                              "-p",
+                              port,
+                              "--dbnum",
+                              db,
+                              "-c",
+                              c,
+                              "-n",
+                              n,
+                              "-r",
+                              "100000000",
+                              "-q",
+                              "EVALSHA",
+                              sha,
+                              "1",
+                              "rb:{x}:__rand_int__",
+                              "0123456789abcdef0123456789abcdef",
+                              NULL};
+        execvp("redis-benchmark", (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[8192];
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = read(fds[0], buf + len, sizeof buf - 1 - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+        if (len == sizeof buf - 1) {
+            /* keep the tail: the final line is what matters */
+            memmove(buf, buf + len / 2, len - len / 2);
+            len -= len / 2;
+        }
+    }
+    buf[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return -1;
+    /* "-q" prints "EVALSHA ...: 41152.26 requests per second, p50=..." (after \r updates). */
+    char *last = NULL;
+    for (char *p = strstr(buf, "requests per second"); p; p = strstr(p + 1, "requests per second"))
+        last = p;
+    if (!last)
+        return -1;
+    char *q = last;
+    while (q > buf && q[-1] == ' ')
+        q--;
+    while (q > buf && ((q[-1] >= '0' && q[-1] <= '9') || q[-1] == '.'))
+        q--;
+    return strtod(q, NULL);
+}
+
+static void memory_phase(const opts *o, redisContext *admin, int design, unsigned run,
+                         double *bytes_per_marker, double *seconds, uint64_t *failures)
+{
+    flushdb(admin);
+    double m0 = info_field(admin, "memory", "used_memory");
+    int64_t t0 = wxgb_now_us();
+    run_result r = run_design(o, admin, design, o->memory_threads, o->markers, run, 1);
+    *seconds = (double)(wxgb_now_us() - t0) / 1e6;
+    double m1 = info_field(admin, "memory", "used_memory");
+    *bytes_per_marker = (m1 - m0) / (double)o->markers;
+    *failures = r.failures;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: wxguard-bench guard [--naive|--real] [--host H] [--port P] [--db N]\n"
+               "          [--threads 1,4,8,16] [--messages N] [--batch B] [--markers M]\n"
+               "          [--rb-requests N]\n\n"
+               "Runs both designs unless --naive or --real picks one. The database must be empty;\n"
+               "it is flushed when the run ends. Use a private redis-server.\n"
+               "  --messages N     claim+complete pairs per thread count (default 40000)\n"
+               "  --batch B        messages per guard script call (default 64)\n"
+               "  --markers M      DONE markers written for the memory figure (default 1000000,\n"
+               "                   0 skips the memory phase)\n"
+               "  --bucket-ms W    DONE time-bucket width (default: retention / 7 = 1 day);\n"
+               "                   claim probes retention / W + 1 buckets\n"
+               "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
+               "50000)\n");
+}
+
+int wxgb_guard_main(int argc, char **argv)
+{
+    opts o = {.host = "127.0.0.1",
+              .port = 6379,
+              .threads = {1, 4, 8, 16},
+              .nthreads = 4,
+              .messages = 40000,
+              .batch = 64,
+              .designs = DESIGN_REAL | DESIGN_NAIVE,
+              .markers = 1000000,
+              .rb_requests = 50000,
+              .memory_threads = 4};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t u = 0;
+        if (strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--naive") == 0) {
+            o.designs = DESIGN_NAIVE;
+        } else if (strcmp(a, "--real") == 0) {
+            o.designs = DESIGN_REAL;
+        } else if (strcmp(a, "--host") == 0 && v) {
+            o.host = v;
+            i++;
+        } else if (strcmp(a, "--port") == 0 && v && wxgb_parse_u64(v, &u) == 0 && u < 65536) {
+            o.port = (int)u;
+            i++;
+        } else if (strcmp(a, "--db") == 0 && v) {
+            if (strcmp(v, "0") == 0)
+                o.db = 0;
+            else if (wxgb_parse_u64(v, &u) == 0 && u < 16)
+                o.db = (int)u;
+            else
+                die("bad --db");
+            i++;
+        } else if (strcmp(a, "--threads") == 0 && v) {
+            o.nthreads = wxgb_parse_list(v, o.threads, 16);
+            if (o.nthreads < 0)
+                die("bad --threads list '%s'", v);
+            i++;
+        } else if (strcmp(a, "--messages") == 0 && v && wxgb_parse_u64(v, &u) == 0) {
+            o.messages = u;
+            i++;
+        } else if (strcmp(a, "--batch") == 0 && v && wxgb_parse_u64(v, &u) == 0 && u <= 1024) {
+            o.batch = (int)u;
+            i++;
+        } else if (strcmp(a, "--markers") == 0 && v) {
+            if (strcmp(v, "0") == 0)
+                o.markers = 0;
+            else if (wxgb_parse_u64(v, &u) == 0)
+                o.markers = u;
+            else
+                die("bad --markers");
+            i++;
+        } else if (strcmp(a, "--bucket-ms") == 0 && v && wxgb_parse_u64(v, &u) == 0) {
+            o.bucket_ms = (int64_t)u;
+            i++;
+        } else if (strcmp(a, "--rb-requests") == 0 && v && wxgb_parse_u64(v, &u) == 0) {
+            o.rb_requests = u;
+            i++;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    redisContext *admin = connect_admin(&o);
+    if (dbsize(admin) != 0)
+        die("database %d on %s:%d is not empty; this benchmark flushes its database, so it "
+            "only runs on an empty one",
+            o.db, o.host, o.port);
+    char version[64], cpu[128] = "?";
+    info_string(admin, "server", "redis_version", version, sizeof version);
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (ci) {
+        char line[256];
+        while (fgets(line, sizeof line, ci)) {
+            if (strncmp(line, "model name", 10) == 0) {
+                char *p = strchr(line, ':');
+                if (p)
+                    snprintf(cpu, sizeof cpu, "%.*s", (int)strcspn(p + 2, "\n"), p + 2);
+                break;
+            }
+        }
+        fclose(ci);
+    }
+    redisReply *r = redisCommand(admin, "SCRIPT LOAD %s", rb_script);
+    if (!r || r->type != REDIS_REPLY_STRING)
+        die("SCRIPT LOAD failed");
+    char sha[41];
+    snprintf(sha, sizeof sha, "%s", r->str);
+    freeReplyObject(r);
+
+    time_t now = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("## wxguard-bench guard\n\n");
+    printf("- date: %s\n- machine: %ld CPUs, %s\n- redis-server %s at %s:%d db %d\n", date,
+           sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.host, o.port, o.db);
+    printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms\n\n",
+           (unsigned long long)o.messages, o.batch,
+           (long long)(o.bucket_ms > 0 ? o.bucket_ms : 7LL * 86400000 / 7));
+    printf("| design | threads | claim+complete pairs/s | redis-benchmark EVALSHA/s (same "
+           "clients) | ratio | Redis round trips/msg | Redis CPU µs/msg | failures |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    fflush(stdout);
+    unsigned run = 1;
+    for (int ti = 0; ti < o.nthreads; ti++) {
+        int t = o.threads[ti];
+        double rb = redis_benchmark(&o, sha, t);
+        for (int d = DESIGN_REAL; d <= DESIGN_NAIVE; d++) {
+            if (!(o.designs & d))
+                continue;
+            run_result rr = run_design(&o, admin, d, t, o.messages, run++, 0);
+            char rbs[32] = "n/a", ratio[32] = "n/a";
+            if (rb > 0) {
+                snprintf(rbs, sizeof rbs, "%.0f", rb);
+                snprintf(ratio, sizeof ratio, "%.2f", rr.pairs_per_s / rb);
+            }
+            printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %llu |\n",
+                   d == DESIGN_REAL ? "wxguard (batched, compact)" : "naive (SET NX + SET EX)", t,
+                   rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg, rr.cpu_us_per_msg,
+                   (unsigned long long)rr.failures);
+            fflush(stdout);
+        }
+    }
+    if (o.markers > 0) {
+        printf("\n| design | DONE markers | used_memory growth per marker (bytes) | write time "
+               "(s) | failures |\n|---|---:|---:|---:|---:|\n");
+        fflush(stdout);
+        for (int d = DESIGN_REAL; d <= DESIGN_NAIVE; d++) {
+            if (!(o.designs & d))
+                continue;
+            double bpm = 0, secs = 0;
+            uint64_t fails = 0;
+            memory_phase(&o, admin, d, run++, &bpm, &secs, &fails);
+            if (d == DESIGN_REAL) {
+                /* Say which geometry the figure belongs to. */
+                char prefix[32], layout[256] = "";
+                wxg_guard_conf_t c = real_conf(&o, prefix, sizeof prefix, run - 1, o.markers);
+                wxg_guard_t *g = wxg_guard_new(&c, NULL, NULL, 0);
+                if (g) {
+                    wxg_guard_describe_layout(g, layout, sizeof layout);
+                    wxg_guard_destroy(g);
+                }
+                fprintf(stderr, "real-design layout: %s\n", layout);
+            }
+            printf("| %s | %llu | %.1f | %.1f | %llu |\n",
+                   d == DESIGN_REAL ? "wxguard compact marker" : "naive key per marker",
+                   (unsigned long long)o.markers, bpm, secs, (unsigned long long)fails);
+            fflush(stdout);
+        }
+    }
+    flushdb(admin);
+    redisFree(admin);
+    return 0;
+}
