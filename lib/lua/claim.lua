@@ -55,7 +55,8 @@ for i = 1, #KEYS do
     local fence = (tonumber(rec[3]) or 0) + 1
     local attempt = (tonumber(rec[4]) or 0) + 1
     redis.call('HSET', rk, 'st', 'P', 'owner', ARGV[a + 1], 'lease', lease_until,
-               'claimed', now_s, 'fence', fence, 'attempt', attempt, 'ph', ARGV[a + 4], 'k', ARGV[a + 5])
+               'claimed', now_s, 'fence', fence, 'attempt', attempt, 'ph', ARGV[a + 4],
+               'k', ARGV[a + 5])
     redis.call('PEXPIRE', rk, ttl)
     local done = {}
     if rec[1] then
