@@ -75,39 +75,41 @@ env_get() {
 
 env_add() { printf '%s=%s\n' "$2" "$3" >>"$1"; }
 
-# True while PID is a live (not zombie) process whose command line contains MARK. The mark
-# guards against signalling an unrelated process that reused a recorded PID.
+# True while PID is a live (not zombie) process whose command line contains MARK and, when
+# CWD is given, whose working directory is CWD. Both guard against signalling an unrelated
+# process that reused a recorded PID.
 is_ours() {
-  local pid=$1 mark=$2 state cmd
+  local pid=$1 mark=$2 cwd=${3:-} state cmd
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ -r /proc/$pid/stat ]] || return 1
   state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
   [[ $state != Z && $state != X ]] || return 1
   cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-  [[ $cmd == *"$mark"* ]]
+  [[ $cmd == *"$mark"* ]] || return 1
+  [[ -z $cwd || $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$cwd" ]]
 }
 
 # Ends one recorded process: SIGTERM, wait up to `grace` seconds, then SIGKILL.
 end_process() {
-  local name=$1 pid=$2 mark=$3 grace=$4 deadline
-  if ! is_ours "$pid" "$mark"; then
+  local name=$1 pid=$2 mark=$3 grace=$4 cwd=${5:-} deadline
+  if ! is_ours "$pid" "$mark" "$cwd"; then
     return 0
   fi
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   deadline=$(($(now_ms) + grace * 1000))
-  while is_ours "$pid" "$mark" && (($(now_ms) < deadline)); do
+  while is_ours "$pid" "$mark" "$cwd" && (($(now_ms) < deadline)); do
     sleep 0.1
   done
-  if is_ours "$pid" "$mark"; then
+  if is_ours "$pid" "$mark" "$cwd"; then
     log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     deadline=$(($(now_ms) + 10000))
-    while is_ours "$pid" "$mark" && (($(now_ms) < deadline)); do
+    while is_ours "$pid" "$mark" "$cwd" && (($(now_ms) < deadline)); do
       sleep 0.1
     done
   fi
-  if is_ours "$pid" "$mark"; then
+  if is_ours "$pid" "$mark" "$cwd"; then
     log "warning: $name (pid $pid) is still running"
     return 1
   fi
@@ -144,7 +146,7 @@ start_redis() {
     env_add "$envf" WXG_SERVICES_REDIS_PID "$pid"
     deadline=$(($(now_ms) + 20000 * scale))
     while (($(now_ms) < deadline)); do
-      if ! kill -0 "$pid" 2>/dev/null || ! is_ours "$pid" redis-server; then
+      if ! is_ours "$pid" redis-server; then
         break
       fi
       if redis_ping "$port"; then
@@ -246,7 +248,7 @@ kafka_ready() {
 }
 
 start_kafka() {
-  local dir=$1 envf=$2 kdir kmark logf attempt port cport pid t0 deadline jvm
+  local dir=$1 envf=$2 kdir kmark logf attempt port cport pid t0 t1 deadline jvm
   command -v java >/dev/null || die "java not found: run scripts/setup.sh"
   command -v kcat >/dev/null || die "kcat not found: run scripts/setup.sh"
   if ! compgen -G "$kafka_libs/kafka_2.13-*.jar" >/dev/null; then
@@ -276,6 +278,7 @@ start_kafka() {
       show_log_tail "Kafka storage format" "$dir/kafka-format.log"
       die "formatting the Kafka data directory failed"
     fi
+    t1=$(now_ms)
     : >"$logf"
     setsid java "${jvm[@]}" -cp "$kafka_libs/*" kafka.Kafka "$kdir/server.properties" \
       </dev/null >>"$logf" 2>&1 &
@@ -291,8 +294,8 @@ start_kafka() {
         env_add "$envf" WXG_SERVICES_KAFKA_LOG "$logf"
         env_add "$envf" WXG_SERVICES_KAFKA_CONTROLLER_PORT "$cport"
         env_add "$envf" WXG_TEST_KAFKA_BOOTSTRAP "127.0.0.1:$port"
-        log "Kafka broker ready on 127.0.0.1:$port (pid $pid, controller port $cport," \
-          "$(($(now_ms) - t0)) ms after format began)"
+        log "Kafka broker ready on 127.0.0.1:$port (pid $pid, controller port $cport;" \
+          "format $((t1 - t0)) ms, start $(($(now_ms) - t1)) ms)"
         return 0
       fi
       sleep 0.25
@@ -322,7 +325,7 @@ cmd_stop() {
     end_process "Kafka broker" "$pid" "$(kafka_mark "$dir")" 30 || rc=1
   done < <(grep '^WXG_SERVICES_KAFKA_PID=' "$envf" | cut -d= -f2-)
   while read -r pid; do
-    end_process redis-server "$pid" redis-server 10 || rc=1
+    end_process redis-server "$pid" redis-server 10 "$dir/redis-data" || rc=1
   done < <(grep '^WXG_SERVICES_REDIS_PID=' "$envf" | cut -d= -f2-)
   if ((rc == 0)); then
     for data in "$dir/kafka" "$dir/redis-data"; do
@@ -354,12 +357,9 @@ cmd_start() {
     log "found $envf from an earlier run; stopping what it recorded"
     cmd_stop "$dir" || die "could not stop the servers of an earlier run"
   fi
-  local tmp=$envf.partial
-  rm -f "$tmp"
-  printf '# written by scripts/services.sh start; removed by stop\n' >"$tmp"
   # The env file grows as processes start, so that an interrupted or failed start can still be
-  # cleaned up by `stop`; the trap does that here.
-  mv "$tmp" "$envf"
+  # cleaned up by `stop`; the trap does that here. Read it only after `start` returned.
+  printf '# written by scripts/services.sh start; removed by stop\n' >"$envf"
   started_dir=$dir
   trap on_start_exit EXIT
   trap 'exit 130' INT
@@ -383,7 +383,7 @@ cmd_status() {
   }
   pid=$(env_get "$envf" WXG_SERVICES_REDIS_PID)
   if [[ -n $pid ]]; then
-    if is_ours "$pid" redis-server; then
+    if is_ours "$pid" redis-server "$dir/redis-data"; then
       log "redis-server pid $pid on port $(env_get "$envf" WXG_TEST_REDIS_PORT): running"
     else
       log "redis-server pid $pid: not running"
