@@ -84,6 +84,8 @@ typedef struct wxg_decode_opts {
 #define WXG_DECODE_DEFAULT_MAX_BYTES ((size_t)1 << 20)
 #define WXG_DECODE_DEFAULT_MAX_DEPTH 32
 #define WXG_DECODE_LIMIT_MAX_DEPTH   512
+/* The most messages one batched record may carry (more is WXG_ETOOBIG). */
+#define WXG_DECODE_MAX_MESSAGES 10000
 
 /* One record -> zero or more messages (batched sync callbacks; an empty batch has none). */
 typedef struct wxg_batch_s wxg_batch_t;

@@ -460,6 +460,26 @@ static void sync_batch_edge_shapes(void **state)
     wxg_batch_free(b);
     decode_err("{\"MessageType\":\"sync_message\",\"Wxid\":\"bot\",\"Data\":{\"messages\":[1]}}",
                WXG_EFORMAT);
+    /* More elements than WXG_DECODE_MAX_MESSAGES: refused before any view is built. */
+    size_t n = WXG_DECODE_MAX_MESSAGES + 1;
+    char *big = malloc(n * 3 + 128);
+    assert_non_null(big);
+    size_t len = (size_t)snprintf(big, 128,
+                                  "{\"MessageType\":\"sync_message\",\"Wxid\":\"bot\","
+                                  "\"Data\":{\"messages\":[");
+    for (size_t i = 0; i < n; i++) {
+        memcpy(big + len, i ? ",{}" : "{}", i ? 3 : 2);
+        len += i ? 3 : 2;
+    }
+    memcpy(big + len, "]}}", 3);
+    len += 3;
+    assert_non_null(strstr(decode_err_n(big, len, NULL, WXG_ETOOBIG), "messages"));
+    /* Exactly at the limit it decodes. */
+    memmove(big + len - 6, "]}}", 3);
+    b = decode_ok_f(big, len - 3, WXG_FORMAT_AUTO);
+    assert_int_equal(wxg_batch_count(b), WXG_DECODE_MAX_MESSAGES);
+    wxg_batch_free(b);
+    free(big);
     decode_err("{\"MessageType\":\"sync_message\",\"Wxid\":\"bot\",\"Data\":{\"messages\":{}}}",
                WXG_EFORMAT);
     decode_err("{\"MessageType\":\"sync_message\",\"Wxid\":\"bot\",\"Data\":{\"messages\":["
