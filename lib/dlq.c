@@ -321,6 +321,12 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
         set_err(errstr, errstr_size, "invalid arguments to the producer");
         return WXG_EINVAL;
     }
+    for (size_t i = 0; i < header_count; i++) {
+        if (!headers[i].name || (!headers[i].value && headers[i].value_len)) {
+            set_err(errstr, errstr_size, "header %zu has no name, or a length without a value", i);
+            return WXG_EINVAL;
+        }
+    }
     if (atomic_load(&p->closing)) {
         set_err(errstr, errstr_size, "the producer is shutting down");
         return WXG_ECLOSED;
@@ -386,7 +392,7 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
     }
     int done = c->done;
     rd_kafka_resp_err_t derr = c->err;
-    char detail[sizeof c->errmsg];
+    char detail[sizeof c->errmsg + 64];
     snprintf(detail, sizeof detail, "%s", c->errmsg);
     if (done && !derr && dr) {
         dr->partition = c->partition;
@@ -399,6 +405,10 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
         report(p, errstr, errstr_size, topic, "no delivery report within the bound");
         rc = WXG_ETIMEDOUT;
     } else if (derr) {
+        /* librdkafka reports a missing topic (auto-creation off) as a plain timeout. */
+        if (derr == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT)
+            snprintf(detail + strlen(detail), sizeof detail - strlen(detail), "%s",
+                     " (is the topic missing, or the cluster unreachable?)");
         report(p, errstr, errstr_size, topic, detail);
         rc = map_kafka_err(derr);
         if (rc == 0)

@@ -93,6 +93,11 @@ static void bad_arguments_are_refused_before_anything_is_sent(void **state)
                                        err, sizeof err),
                      WXG_EINVAL);
 
+    wxg_kafka_header_t unnamed[] = {{NULL, "v", 1}};
+    assert_int_equal(wxg_producer_send(p, "t", WXG_PARTITION_ANY, NULL, 0, "v", 1, unnamed, 1, NULL,
+                                       err, sizeof err),
+                     WXG_EINVAL);
+
     assert_null(wxg_dlq_new(NULL, "dlq", "g", err, sizeof err));
     assert_null(wxg_dlq_new(p, "", "g", err, sizeof err));
     wxg_dlq_t *d = wxg_dlq_new(p, "dlq", "group-1", err, sizeof err);
