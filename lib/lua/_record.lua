@@ -3,7 +3,7 @@
 -- The in-flight record of a message (PROCESSING or FAILED) is ONE string, so that a claim, a
 -- complete or a renewal is one plain SET / GETDEL instead of several hash commands:
 --
---   st|owner|fence|tag|attempt|exp|lease|claimed|fails|failed|rlen|<reason><plugins>
+--   st|owner|fence|tag|attempt|exp|lease|claimed|fails|failed|rlen|rearmed|klen|<reason><key><plugins>
 --
 -- st       'P' (PROCESSING) or 'F' (FAILED)
 -- owner    the claim's owner token (32 hex digits), '' when FAILED
@@ -13,6 +13,11 @@
 -- lease    lease end (server ms), 0 when FAILED; claimed: time of the last claim
 -- fails    the caller's attempt count at the last fail; failed: time of the last fail/release
 -- rlen     length of the failure reason that follows (any bytes)
+-- rearmed  time of the last rearm (admin redrive), 0 when never
+-- klen     length of the idempotency key that follows the reason (any bytes): the admin tool
+--          names and selects records by it. Only the claim that creates a record writes it (the
+--          client sends 'klen|key' ready-made, so the hot path formats nothing); every later
+--          write carries it over unchanged.
 -- plugins  finished plugins, each as name|len|<len bytes of result>
 --
 -- Owner and fence come first, so a transition checks ownership by comparing one prefix
@@ -21,7 +26,7 @@
 local function rec_split(v)
   local f = {}
   local pos = 1
-  for i = 1, 11 do
+  for i = 1, 13 do
     local e = string.find(v, '|', pos, true)
     if not e then
       return nil
@@ -30,15 +35,18 @@ local function rec_split(v)
     pos = e + 1
   end
   local rlen = tonumber(f[11]) or 0
+  local klen = tonumber(f[13]) or 0
   f.reason = string.sub(v, pos, pos + rlen - 1)
-  f.plugins = string.sub(v, pos + rlen)
+  f.key = string.sub(v, pos + rlen, pos + rlen + klen - 1)
+  f.plugins = string.sub(v, pos + rlen + klen)
   return f
 end
 
+-- The key is never changed after the split, so its length field f[13] is written back as read.
 local function rec_join(f)
   return f[1] .. '|' .. f[2] .. '|' .. f[3] .. '|' .. f[4] .. '|' .. f[5] .. '|' .. f[6] .. '|' ..
            f[7] .. '|' .. f[8] .. '|' .. f[9] .. '|' .. f[10] .. '|' .. #f.reason .. '|' ..
-           f.reason .. f.plugins
+           f[12] .. '|' .. f[13] .. '|' .. f.reason .. f.key .. f.plugins
 end
 
 -- A record that cannot be split was not written by this layout: refuse rather than guess a fence.
@@ -84,6 +92,40 @@ local function plugins_put(s, name, result)
     parts[#parts + 1] = name .. '|' .. #result .. '|' .. result
   end
   return table.concat(parts)
+end
+
+-- The record as a flat name/value list for the admin tool (inspect, peek): finished plugins as
+-- 'p:<name>' fields; the owner and lease only while PROCESSING, the failure only once failed.
+local function rec_fields(f)
+  local fields = {'st', f[1], 'fence', f[3], 'attempt', f[5], 'ph', f[4], 'claimed', f[8]}
+  if f.key ~= '' then
+    fields[#fields + 1] = 'k'
+    fields[#fields + 1] = f.key
+  end
+  if f[1] == 'P' then
+    fields[#fields + 1] = 'owner'
+    fields[#fields + 1] = f[2]
+    fields[#fields + 1] = 'lease'
+    fields[#fields + 1] = f[7]
+  end
+  if f[10] ~= '0' then
+    fields[#fields + 1] = 'fails'
+    fields[#fields + 1] = f[9]
+    fields[#fields + 1] = 'failed'
+    fields[#fields + 1] = f[10]
+    fields[#fields + 1] = 'reason'
+    fields[#fields + 1] = f.reason
+  end
+  if f[12] ~= '0' then
+    fields[#fields + 1] = 'rearmed'
+    fields[#fields + 1] = f[12]
+  end
+  local p = plugins_list(f.plugins)
+  for j = 1, #p, 2 do
+    fields[#fields + 1] = 'p:' .. p[j]
+    fields[#fields + 1] = p[j + 1]
+  end
+  return fields
 end
 
 local function server_ms()

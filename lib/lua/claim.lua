@@ -2,7 +2,8 @@
 --
 -- KEYS[i]   the in-flight record of message i (a string, see _record.lua)
 -- ARGV[1..4] lease ms, in-flight TTL ms, DONE retention ms, bucket width ms
--- then 4 values per message: owner token, DONE bucket stem, marker field, payload tag
+-- then 5 values per message: owner token, DONE bucket stem, marker field, payload tag, and the
+--   idempotency key as 'klen|key' (kept in a new record so that the admin tool can name it)
 --
 -- Per message it returns one of
 --   {1, fence, attempt, {plugin, result, ...}}  CLAIMED
@@ -33,15 +34,15 @@ local exp_s = string.format('%d', now + ttl)
 local lease_s = string.format('%d', now + lease)
 local now_s = string.format('%d', now)
 -- A new record is 'P|' owner '|1|' tag, then this tail: attempt 1, expiry, lease, claimed, no
--- failure, no reason, no plugins.
-local tail = '|1|' .. exp_s .. '|' .. lease_s .. '|' .. now_s .. '|0|0|0|'
+-- failure, no reason, never rearmed; then the client's 'klen|key' and no plugins.
+local tail = '|1|' .. exp_s .. '|' .. lease_s .. '|' .. now_s .. '|0|0|0|0|'
 -- Shared reply tables: Redis converts each occurrence on its own.
 local NEW = {1, 1, 1, {}}
 local DUP_SAME = {2, 0}
 local DUP_OTHER = {2, 1}
 local out = {}
 for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 4
+  local a = 4 + (i - 1) * 5
   local stem, field, tag = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local res = nil
   for j = 1, nb do
@@ -54,8 +55,8 @@ for i = 1, #KEYS do
   if not res then
     local rk = KEYS[i]
     local owner = ARGV[a + 1]
-    local old = redis.call('SET', rk, 'P|' .. owner .. '|1|' .. tag .. tail, 'NX', 'GET', 'PXAT',
-                           exp_s)
+    local old = redis.call('SET', rk, 'P|' .. owner .. '|1|' .. tag .. tail .. ARGV[a + 5], 'NX',
+                           'GET', 'PXAT', exp_s)
     if not old then
       res = NEW
     else
@@ -68,7 +69,7 @@ for i = 1, #KEYS do
         res = {3, lease_until - now}
       else
         -- FAILED, released, or an expired lease: the fence and attempt continue from the record,
-        -- the finished plugins and the last failure stay.
+        -- the finished plugins, the last failure and the key stay.
         local fence = (tonumber(f[3]) or 0) + 1
         local attempt = (tonumber(f[5]) or 0) + 1
         f[1], f[2], f[3], f[4], f[5] = 'P', owner, fence, tag, attempt

@@ -16,26 +16,7 @@ if v then
   if not f then
     return rec_bad(KEYS[1])
   end
-  fields = {'st', f[1], 'fence', f[3], 'attempt', f[5], 'ph', f[4], 'claimed', f[8]}
-  if f[1] == 'P' then
-    table.insert(fields, 'owner')
-    table.insert(fields, f[2])
-    table.insert(fields, 'lease')
-    table.insert(fields, f[7])
-  end
-  if f[10] ~= '0' then
-    table.insert(fields, 'fails')
-    table.insert(fields, f[9])
-    table.insert(fields, 'failed')
-    table.insert(fields, f[10])
-    table.insert(fields, 'reason')
-    table.insert(fields, f.reason)
-  end
-  local p = plugins_list(f.plugins)
-  for j = 1, #p, 2 do
-    table.insert(fields, 'p:' .. p[j])
-    table.insert(fields, p[j + 1])
-  end
+  fields = rec_fields(f)
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local bk, mv, bttl = '', '', -2

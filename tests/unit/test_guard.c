@@ -119,7 +119,7 @@ static void pinned_selector_bits_override_the_rate(void **state)
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
     assert_int_equal(wxg__guard_geom_stamp(&g, s2, sizeof s2), 0);
     assert_string_equal(s1, s2);
-    assert_string_equal(s1, "v2 shard=4 sel=14 field=10 width=604800000");
+    assert_string_equal(s1, "v3 shard=4 sel=14 field=10 width=604800000");
 }
 
 static int name_is_safe(const char *s, size_t n, const char *prefix)
