@@ -1,7 +1,8 @@
 /* The guard's administration calls used by wxguardctl, against a real redis-server: the SCAN walk
  * reports every in-flight record with its key and state across pages, rearm restarts only a
  * FAILED message's attempts (fence and finished plugins kept), and purge deletes FAILED and
- * expired records but never a live claim or a DONE marker. */
+ * expired records but never a live claim or a DONE marker, and the key stored in the string record
+ * survives every transition. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -218,6 +219,51 @@ static void purge_deletes_failed_and_expired_but_never_live_claims_or_done(void 
     wxg_guard_destroy(g2);
 }
 
+/* The key sits in the string record between the failure reason and the plugin results, all of
+ * them length-prefixed: a key, a reason and a result full of '|' and binary bytes must come back
+ * intact after every transition that rewrites the record, and rearm keeps the record's expiry. */
+static void key_reason_and_results_survive_every_rewrite_of_the_record(void **state)
+{
+    fixture *f = *state;
+    static const char key[] = "odd:|k|\x01\x00|2|";
+    const size_t klen = sizeof key - 1;
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, klen, NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_plugin_done(f->g, &c.ticket, "p1", "a|3|b", 5), 0);
+    assert_int_equal(wxg_guard_renew(f->g, &c.ticket), 0);
+    assert_int_equal(wxg_guard_fail(f->g, &c.ticket, "x|9|y", 1), 0);
+    wxg_guard_claim_clear(&c);
+    int rearmed = 0;
+    assert_int_equal(wxg_guard_rearm(f->g, key, klen, &rearmed), 0);
+    assert_int_equal(rearmed, 1);
+    wxg_guard_record_t *r = NULL;
+    assert_int_equal(wxg_guard_inspect(f->g, key, klen, NULL, &r), 0);
+    assert_int_equal(r->state, WXG_GUARD_FAILED);
+    assert_non_null(r->msg_key);
+    assert_int_equal(r->msg_key_len, klen);
+    assert_memory_equal(r->msg_key, key, klen);
+    assert_string_equal(r->fail_reason, "x|9|y");
+    assert_int_equal(r->n_finished, 1);
+    assert_int_equal(r->finished[0].result_len, 5);
+    assert_memory_equal(r->finished[0].result, "a|3|b", 5);
+    /* Rearm wrote the record with the expiry the failure gave it, not a new one. */
+    assert_true(r->record_ttl_ms > 0 && r->record_ttl_ms <= f->conf.failed_retention_ms);
+    assert_true(r->rearmed_at_ms > 0 && r->failed_at_ms > 0);
+    wxg_guard_record_free(r);
+    /* A re-claim keeps the key (only the claim that creates a record writes it). */
+    assert_int_equal(wxg_guard_claim(f->g, key, klen, NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(c.attempt, 1);
+    assert_int_equal(wxg_guard_inspect(f->g, key, klen, NULL, &r), 0);
+    assert_int_equal(r->state, WXG_GUARD_PROCESSING);
+    assert_int_equal(r->msg_key_len, klen);
+    assert_memory_equal(r->msg_key, key, klen);
+    wxg_guard_record_free(r);
+    assert_int_equal(wxg_guard_complete(f->g, &c.ticket, NULL), 0);
+    wxg_guard_claim_clear(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +275,8 @@ int main(void)
             rearm_restarts_attempts_of_failed_only_and_keeps_fence_and_plugins, setup, teardown),
         cmocka_unit_test_setup_teardown(
             purge_deletes_failed_and_expired_but_never_live_claims_or_done, setup, teardown),
+        cmocka_unit_test_setup_teardown(key_reason_and_results_survive_every_rewrite_of_the_record,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
