@@ -213,9 +213,23 @@ static const wxg_conf_keydef_t keys[] = {
      .check = check_topic},
     KSIZE("ingest.max.body.bytes", "1MiB", 1 * KiB, 64 * MiB, I_,
           "Requests with a larger body are refused with 413."),
-    KDUR("ingest.produce.timeout.ms", "10s", 100, 5 * MIN, I_,
+    KDUR("ingest.produce.timeout.ms", "4s", 100, 5 * MIN, I_,
          "How long a request waits for Kafka to acknowledge the record before it is answered "
-         "with 503 (the gateway retries)."),
+         "with 503 (the gateway retries). WeChat's servers give up on an Official Account "
+         "callback after 5 s, so keep it below that."),
+    KINT("ingest.concurrency", "64", 1, 4096, I_,
+         "Callback requests handled at once (reading their body or waiting for Kafka); one more "
+         "is answered 503 with Retry-After at once. Each request in progress holds a thread."),
+    KDUR("ingest.connection.timeout.ms", "30s", SEC, 10 * MIN, I_,
+         "A connection idle for this long (keep-alive, or a client that stops sending its body) "
+         "is closed. Rounded up to whole seconds."),
+    KSTR("ingest.oa.token", "", 0, 128, I_, WXG_CONF_SECRET,
+         "Token configured for the Official Account's server URL: the signature of every request "
+         "to /v1/callback/oa is checked against it (401 when wrong). Empty turns the Official "
+         "Account endpoint off (404)."),
+    KSTR("ingest.hmac.secret", "", 0, 1024, I_, WXG_CONF_SECRET,
+         "Shared secret of the gateway: when set, every callback except the Official Account's "
+         "must carry X-Wxg-Signature: sha256=<hex HMAC-SHA256 of the body> (401 otherwise)."),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])

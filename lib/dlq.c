@@ -24,7 +24,13 @@
  * Bounds. librdkafka itself fails a record after message.timeout.ms (default here 30 s; 0,
  * "infinite", is refused). The caller waits at most that plus WXG_PRODUCER_REPORT_GRACE_MS, so a
  * send never blocks for ever even if librdkafka's threads are starved. A full local queue is
- * waited out within the same deadline.
+ * waited out within the same deadline. wxg_producer_send_within() lets a caller with a budget of
+ * its own (the ingest program answering an HTTP request) shorten that wait; the completion's
+ * reference counting already covers a report that comes after the caller left.
+ *
+ * Broker state. librdkafka has no callback for "a broker connection is up", but its statistics
+ * (statistics.interval.ms, 1 s by default here) list every broker with its state; the stats
+ * callback, on the poll thread, counts the UP ones into an atomic for wxg_producer_brokers_up().
  *
  * Failure modes. Every failure is an error to the caller, never a silent drop: an unreachable
  * cluster or a missing topic surfaces as the delivery report's error (timed out, unknown
@@ -38,6 +44,7 @@
  */
 #include "wxguard/dlq.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -58,6 +65,7 @@ struct wxg_producer_s {
     atomic_int closing; /* destroy has begun: refuse new sends */
     atomic_int fatal;   /* librdkafka raised a fatal error: every send fails */
     int delivery_timeout_ms;
+    atomic_int brokers_up;    /* brokers in state UP in the last statistics; -1 before the first */
     pthread_mutex_t lock;     /* completions' fields, last_error */
     char last_error[256];     /* the last error_cb text, for reasons */
     pthread_condattr_t cattr; /* CLOCK_MONOTONIC, for every completion's cond */
@@ -149,6 +157,40 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Runs on the poll thread every statistics.interval.ms. Counts the real brokers (configured or
+ * learned, not librdkafka's internal or logical ones) whose connection is UP, so that a program
+ * can tell "Kafka reachable" without a request of its own. */
+static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+{
+    (void)rk;
+    wxg_producer_t *p = opaque;
+    cJSON *root = cJSON_ParseWithLength(json, json_len);
+    const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
+    if (cJSON_IsObject(brokers)) {
+        int up = 0;
+        const cJSON *b;
+        cJSON_ArrayForEach(b, brokers)
+        {
+            const cJSON *src = cJSON_GetObjectItemCaseSensitive(b, "source");
+            const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+            if (!cJSON_IsString(src) || !cJSON_IsString(state))
+                continue;
+            if ((strcmp(src->valuestring, "configured") == 0 ||
+                 strcmp(src->valuestring, "learned") == 0) &&
+                strcmp(state->valuestring, "UP") == 0)
+                up++;
+        }
+        atomic_store(&p->brokers_up, up);
+    }
+    cJSON_Delete(root);
+    return 0; /* librdkafka frees json */
+}
+
+int wxg_producer_brokers_up(const wxg_producer_t *p)
+{
+    return p ? atomic_load(&p->brokers_up) : -1;
+}
+
 static void *poll_main(void *arg)
 {
     wxg_producer_t *p = arg;
@@ -193,6 +235,7 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
         {"enable.idempotence", "true"},
         {"acks", "all"},
         {"message.timeout.ms", "30000"},
+        {"statistics.interval.ms", "1000"}, /* for wxg_producer_brokers_up() */
     };
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, rkerr, sizeof rkerr) !=
@@ -241,6 +284,8 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
     rd_kafka_conf_set_opaque(conf, p);
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_stats_cb(conf, on_stats);
+    atomic_init(&p->brokers_up, -1);
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, rkerr, sizeof rkerr);
     if (!p->rk) {
         set_err(errstr, errstr_size, "cannot create the Kafka producer: %s", rkerr);
@@ -316,10 +361,25 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
                       const wxg_kafka_header_t *headers, size_t header_count, wxg_delivery_t *dr,
                       char *errstr, size_t errstr_size)
 {
+    return wxg_producer_send_within(p, 0, topic, partition, key, key_len, value, value_len, headers,
+                                    header_count, dr, errstr, errstr_size);
+}
+
+int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic, int32_t partition,
+                             const void *key, size_t key_len, const void *value, size_t value_len,
+                             const wxg_kafka_header_t *headers, size_t header_count,
+                             wxg_delivery_t *dr, char *errstr, size_t errstr_size)
+{
     if (!p || !topic || !*topic || (!key && key_len) || (!value && value_len) ||
-        (!headers && header_count) || partition < WXG_PARTITION_ANY) {
+        (!headers && header_count) || partition < WXG_PARTITION_ANY || wait_ms < 0) {
         set_err(errstr, errstr_size, "invalid arguments to the producer");
         return WXG_EINVAL;
+    }
+    for (size_t i = 0; i < header_count; i++) {
+        if (!headers[i].name || (!headers[i].value && headers[i].value_len)) {
+            set_err(errstr, errstr_size, "header %zu has no name, or a length without a value", i);
+            return WXG_EINVAL;
+        }
     }
     if (atomic_load(&p->closing)) {
         set_err(errstr, errstr_size, "the producer is shutting down");
@@ -329,7 +389,10 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
         report(p, errstr, errstr_size, topic, "the producer hit a fatal error");
         return WXG_ESTATE;
     }
-    int64_t deadline = mono_ms() + p->delivery_timeout_ms + WXG_PRODUCER_REPORT_GRACE_MS;
+    int64_t bound = (int64_t)p->delivery_timeout_ms + WXG_PRODUCER_REPORT_GRACE_MS;
+    if (wait_ms > 0 && wait_ms < bound)
+        bound = wait_ms;
+    int64_t deadline = mono_ms() + bound;
 
     completion *c = calloc(1, sizeof *c);
     if (!c) {
@@ -386,7 +449,7 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
     }
     int done = c->done;
     rd_kafka_resp_err_t derr = c->err;
-    char detail[sizeof c->errmsg];
+    char detail[sizeof c->errmsg + 64];
     snprintf(detail, sizeof detail, "%s", c->errmsg);
     if (done && !derr && dr) {
         dr->partition = c->partition;
@@ -399,6 +462,10 @@ int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, c
         report(p, errstr, errstr_size, topic, "no delivery report within the bound");
         rc = WXG_ETIMEDOUT;
     } else if (derr) {
+        /* librdkafka reports a missing topic (auto-creation off) as a plain timeout. */
+        if (derr == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT)
+            snprintf(detail + strlen(detail), sizeof detail - strlen(detail), "%s",
+                     " (is the topic missing, or the cluster unreachable?)");
         report(p, errstr, errstr_size, topic, detail);
         rc = map_kafka_err(derr);
         if (rc == 0)

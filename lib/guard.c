@@ -2,17 +2,20 @@
  * DESIGN: the Redis idempotency guard.
  *
  * Purpose: an atomic per-message state machine in Redis (claim, renew, plugin_done, complete,
- * fail, inspect, release), each transition one Lua script (lib/lua/) handling a batch of
- * messages, plus a renewal watchdog. docs/guard.md explains the guarantees.
+ * fail; for the admin tool inspect, release, rearm, purge and a SCAN walk), each transition one
+ * Lua script (lib/lua/) handling a batch of messages, plus a renewal watchdog. docs/guard.md
+ * explains the guarantees.
  *
  * Keys. Every Redis name is built from the configured prefix and the SHA-256 fingerprint of the
  * idempotency key, never from the key's bytes, so hostile keys cannot leave the prefix or make
  * huge names. All names of one message share a hash tag {s<shard>} taken from the fingerprint:
  * in Redis Cluster the record and every DONE bucket a script touches live in one slot.
- * A message in flight (PROCESSING or FAILED) has one hash (state, owner, lease, fence, attempt,
- * payload tag, finished plugins). On complete that hash is deleted and the message becomes a
- * fixed-width fingerprint field in a small hash bucket selected by time bucket + fingerprint bits;
- * buckets expire whole after the retention.
+ * A message in flight (PROCESSING or FAILED) has one string record (state, owner, fence, payload
+ * tag, attempt, absolute expiry, lease, idempotency key, finished plugins; lib/lua/_record.lua),
+ * so that the common transitions are single SET / GETDEL calls. On complete the record is taken
+ * out and the message becomes a fixed-width fingerprint field in a small hash bucket selected by
+ * time bucket + fingerprint bits; buckets expire whole after the retention. Redis CPU per message
+ * is counted in redis.call()s, so the layout is built to need few: docs/guard.md §9.
  *
  * Threads: a wxg_guard_t is used by one thread at a time and has no lock. The watchdog runs one
  * thread with its own wxg_guard_t; its registration list is guarded by one mutex, never held
@@ -52,12 +55,16 @@ enum {
     S_INSPECT,
     S_RELEASE,
     S_LAYOUT,
+    S_REARM,
+    S_PURGE,
+    S_PEEK,
     S_COUNT
 };
 
 static const char *const script_src[S_COUNT] = {
     wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
     wxg__lua_fail,  wxg__lua_inspect, wxg__lua_release,     wxg__lua_layout,
+    wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,
 };
 
 struct wxg_guard_s {
@@ -206,7 +213,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
         return WXG_ECONFIG;
     }
     r.retention_ms = c->done_retention_ms;
-    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms : c->done_retention_ms / 7;
+    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms
+                                        : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;
     if (r.bucket_ms < 1)
         r.bucket_ms = 1;
     if (r.retention_ms / r.bucket_ms > 64) {
@@ -255,8 +263,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
 
 int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "v1 shard=%d sel=%d field=%d width=%lld", g->shard_bits,
-                     g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
+    int n = snprintf(buf, size, "%s shard=%d sel=%d field=%d width=%lld", WXG__LAYOUT_VERSION,
+                     g->shard_bits, g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
     return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
 }
 
@@ -576,6 +584,18 @@ static int check_stamp(wxg_guard_t *g, char *errstr, size_t errstr_size)
     } else if (r->type != REDIS_REPLY_STRING) {
         rc = WXG_EREDIS;
         set_err(errstr, errstr_size, "layout check: unexpected reply");
+    } else if (r->len < sizeof WXG__LAYOUT_VERSION ||
+               memcmp(r->str, WXG__LAYOUT_VERSION " ", sizeof WXG__LAYOUT_VERSION) != 0) {
+        /* Another layout version wrote this prefix: its records and markers have another shape,
+         * so this version can neither read them nor safely write beside them. */
+        rc = WXG_ECONFIG;
+        set_err(errstr, errstr_size,
+                "the keys under prefix %s were written with DONE-marker layout \"%.*s\"; this "
+                "version uses layout %s and cannot read them. Stop every guard on that prefix and "
+                "start this version with a new prefix (messages completed under the old prefix are "
+                "then not recognised as duplicates), or delete %s once every old key has expired",
+                g->prefix, (int)(r->len > 100 ? 100 : r->len), r->str, WXG__LAYOUT_VERSION,
+                g->layout_key);
     } else if (r->len != strlen(g->stamp) || memcmp(r->str, g->stamp, r->len) != 0) {
         rc = WXG_ECONFIG;
         set_err(errstr, errstr_size,
@@ -828,14 +848,14 @@ int wxg_guard_describe_layout(const wxg_guard_t *g, char *buf, size_t size)
  * mode), all chunks of an API call pipelined in one round trip.
  */
 
-#define ITEM_ARGS 4
+#define ITEM_ARGS 5
 
 typedef struct item {
     wxg__guard_keys_t k;
     const char *arg[ITEM_ARGS];
     size_t len[ITEM_ARGS];
     char owner[WXG_GUARD_OWNER_LEN + 1];
-    char num[24];   /* fence */
+    char pfx[64];   /* ownership prefix 'P|owner|fence|' of the record */
     char tag[8];    /* payload tag */
     char extra[12]; /* fail: attempt count */
 } item;
@@ -1142,7 +1162,7 @@ static int ticket_valid(const wxg_guard_ticket_t *t)
     return t && t->key && t->key_len > 0 && t->fence > 0 && strlen(t->owner) == WXG_GUARD_OWNER_LEN;
 }
 
-/* Common set-up of a transition batch on tickets: names, owner and fence arguments. */
+/* Common set-up of a transition batch on tickets: names and the ownership argument. */
 static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_ticket_t *t)
 {
     item *it = &b->items[i];
@@ -1151,12 +1171,13 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
     int rc = item_keys(g, it, t->key, t->key_len);
     if (rc)
         return rc;
-    memcpy(it->owner, t->owner, WXG_GUARD_OWNER_LEN + 1);
-    snprintf(it->num, sizeof it->num, "%llu", (unsigned long long)t->fence);
-    it->arg[0] = it->owner;
-    it->len[0] = WXG_GUARD_OWNER_LEN;
-    it->arg[1] = it->num;
-    it->len[1] = strlen(it->num);
+    /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
+     * owner and fence in one string comparison. */
+    int n = snprintf(it->pfx, sizeof it->pfx, "P|%s|%llu|", t->owner, (unsigned long long)t->fence);
+    if (n < 0 || (size_t)n >= sizeof it->pfx)
+        return WXG_EINVAL;
+    it->arg[0] = it->pfx;
+    it->len[0] = (size_t)n;
     return 0;
 }
 
@@ -1182,11 +1203,24 @@ int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_CLAIM, n, 4);
+    char *kbuf = NULL, *kp;
+    unsigned char *rnd = NULL;
+    int rc = batch_init(g, &b, S_CLAIM, n, 5);
     if (rc)
         return rc;
-    unsigned char *rnd = malloc(n * 16);
-    if (!rnd) {
+    /* Each message's idempotency key goes to the record as 'klen|key', formatted here so that
+     * the script only concatenates it into a new record (lib/lua/_record.lua). */
+    size_t kbytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i].key_len > SIZE_MAX / 2 - kbytes - 24) {
+            rc = WXG_EINVAL;
+            goto out;
+        }
+        kbytes += msgs[i].key_len + 24;
+    }
+    kbuf = malloc(kbytes);
+    rnd = malloc(n * 16);
+    if (!rnd || !kbuf) {
         rc = WXG_ENOMEM;
         goto out;
     }
@@ -1197,6 +1231,7 @@ int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
     batch_hdr_num(&b, g->conf.inflight_ttl_ms);
     batch_hdr_num(&b, g->geom.retention_ms);
     batch_hdr_num(&b, g->geom.bucket_ms);
+    kp = kbuf;
     for (size_t i = 0; i < n; i++) {
         item *it = &b.items[i];
         rc = item_keys(g, it, msgs[i].key, msgs[i].key_len);
@@ -1212,6 +1247,11 @@ int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
         it->len[2] = it->k.field_len;
         it->arg[3] = it->tag;
         it->len[3] = strlen(it->tag);
+        int kl = snprintf(kp, 24, "%zu|", msgs[i].key_len);
+        memcpy(kp + kl, msgs[i].key, msgs[i].key_len);
+        it->arg[4] = kp;
+        it->len[4] = (size_t)kl + msgs[i].key_len;
+        kp += it->len[4];
     }
     rc = batch_build(g, &b);
     if (rc)
@@ -1253,6 +1293,7 @@ out:
             wxg_guard_claim_clear(&out[i]);
     }
     free(rnd);
+    free(kbuf);
     batch_free(&b);
     return rc;
 }
@@ -1294,7 +1335,7 @@ int wxg_guard_renew_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_RENEW, n, 2);
+    int rc = batch_init(g, &b, S_RENEW, n, 1);
     if (rc)
         return rc;
     batch_hdr_num(&b, g->conf.lease_ms);
@@ -1335,17 +1376,17 @@ int wxg_guard_plugin_done_batch(wxg_guard_t *g, const wxg_guard_plugin_done_t *i
             return WXG_EINVAL;
     }
     batch b;
-    int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 4);
+    int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 3);
     if (rc)
         return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         rc = ticket_items(g, &b, i, items[i].ticket);
         if (rc)
             break;
-        b.items[i].arg[2] = items[i].plugin;
-        b.items[i].len[2] = strlen(items[i].plugin);
-        b.items[i].arg[3] = items[i].result_len ? items[i].result : "";
-        b.items[i].len[3] = items[i].result_len;
+        b.items[i].arg[1] = items[i].plugin;
+        b.items[i].len[1] = strlen(items[i].plugin);
+        b.items[i].arg[2] = items[i].result_len ? items[i].result : "";
+        b.items[i].len[2] = items[i].result_len;
     }
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.plugins_done);
@@ -1370,7 +1411,7 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_COMPLETE, n, 4);
+    int rc = batch_init(g, &b, S_COMPLETE, n, 3);
     if (rc)
         return rc;
     batch_hdr_num(&b, g->geom.retention_ms);
@@ -1380,10 +1421,10 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
         if (rc)
             break;
         item *it = &b.items[i];
-        it->arg[2] = it->k.stem;
-        it->len[2] = it->k.stem_len;
-        it->arg[3] = (const char *)it->k.field;
-        it->len[3] = it->k.field_len;
+        it->arg[1] = it->k.stem;
+        it->len[1] = it->k.stem_len;
+        it->arg[2] = (const char *)it->k.field;
+        it->len[2] = it->k.field_len;
     }
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.completed);
@@ -1408,7 +1449,7 @@ int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_
     if (n == 0)
         return 0;
     batch b;
-    int rc = batch_init(g, &b, S_FAIL, n, 4);
+    int rc = batch_init(g, &b, S_FAIL, n, 3);
     if (rc)
         return rc;
     batch_hdr_num(&b, g->conf.failed_retention_ms);
@@ -1419,11 +1460,11 @@ int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_
         item *it = &b.items[i];
         const char *reason = items[i].reason ? items[i].reason : "";
         size_t rl = strlen(reason);
-        it->arg[2] = reason;
-        it->len[2] = rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl;
+        it->arg[1] = reason;
+        it->len[1] = rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl;
         snprintf(it->extra, sizeof it->extra, "%u", (unsigned)items[i].attempts);
-        it->arg[3] = it->extra;
-        it->len[3] = strlen(it->extra);
+        it->arg[2] = it->extra;
+        it->len[2] = strlen(it->extra);
     }
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.failed);
@@ -1452,6 +1493,7 @@ void wxg_guard_record_free(wxg_guard_record_t *r)
     free(r->finished);
     free(r->done_bucket);
     free(r->record_key);
+    free(r->msg_key);
     free(r);
 }
 
@@ -1480,13 +1522,88 @@ static char *str_dup_reply(const redisReply *r)
     return s;
 }
 
-/* One-message admin batches (inspect, release) share the batch runner. */
+/* One-message admin batches (inspect, release, rearm, purge) share the batch runner. */
 static int admin_batch(wxg_guard_t *g, batch *b, int script, const char *key, size_t key_len)
 {
     int rc = batch_init(g, b, script, 1, 0);
     if (rc)
         return rc;
     return item_keys(g, &b->items[0], key, key_len);
+}
+
+/* Fills `rec` from the flat name/value list `f` of an in-flight record (lib/lua/_record.lua's
+ * rec_fields), read at server time `now`
+ * (ms); *st receives the state letter. Returns 0, WXG_EREDIS or WXG_ENOMEM (what was filled is
+ * freed by wxg_guard_record_free). */
+static int parse_record_fields(wxg_guard_record_t *rec, const redisReply *f, int64_t now, char *st)
+{
+    if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
+        return WXG_EREDIS;
+    size_t np = 0, pbytes = 0;
+    for (size_t i = 0; i < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
+            return WXG_EREDIS;
+        }
+        if (k->len > 2 && memcmp(k->str, "p:", 2) == 0) {
+            np++;
+            pbytes += k->len - 2 + 1 + v->len + 1;
+        } else if (k->len == 2 && memcmp(k->str, "st", 2) == 0 && v->len == 1) {
+            *st = v->str[0];
+        } else if (k->len == 5 && memcmp(k->str, "owner", 5) == 0 &&
+                   v->len == WXG_GUARD_OWNER_LEN) {
+            memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
+            rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
+        } else if (k->len == 5 && memcmp(k->str, "fence", 5) == 0) {
+            rec->fence = (uint64_t)str_ll(v);
+        } else if (k->len == 7 && memcmp(k->str, "attempt", 7) == 0) {
+            rec->attempt = (uint32_t)str_ll(v);
+        } else if (k->len == 5 && memcmp(k->str, "lease", 5) == 0) {
+            rec->lease_ms_left = str_ll(v) - now;
+        } else if (k->len == 7 && memcmp(k->str, "claimed", 7) == 0) {
+            rec->claimed_at_ms = str_ll(v);
+        } else if (k->len == 5 && memcmp(k->str, "fails", 5) == 0) {
+            rec->fail_attempts = (uint32_t)str_ll(v);
+        } else if (k->len == 1 && k->str[0] == 'k') {
+            rec->msg_key = str_dup_reply(v);
+            if (!rec->msg_key)
+                return WXG_ENOMEM;
+            rec->msg_key_len = v->len;
+        } else if (k->len == 6 && memcmp(k->str, "failed", 6) == 0) {
+            rec->failed_at_ms = str_ll(v);
+        } else if (k->len == 7 && memcmp(k->str, "rearmed", 7) == 0) {
+            rec->rearmed_at_ms = str_ll(v);
+        } else if (k->len == 6 && memcmp(k->str, "reason", 6) == 0) {
+            rec->fail_reason = str_dup_reply(v);
+            if (!rec->fail_reason) {
+                return WXG_ENOMEM;
+            }
+        }
+    }
+    if (np > 0) {
+        rec->finished = malloc(np * sizeof *rec->finished + pbytes);
+        if (!rec->finished) {
+            return WXG_ENOMEM;
+        }
+        char *p = (char *)(rec->finished + np);
+        for (size_t i = 0; i < f->elements; i += 2) {
+            const redisReply *k = f->element[i], *v = f->element[i + 1];
+            if (!(k->len > 2 && memcmp(k->str, "p:", 2) == 0))
+                continue;
+            wxg_guard_plugin_result_t *pr = &rec->finished[rec->n_finished++];
+            memcpy(p, k->str + 2, k->len - 2);
+            p[k->len - 2] = '\0';
+            pr->name = p;
+            p += k->len - 1;
+            memcpy(p, v->str, v->len);
+            p[v->len] = '\0';
+            pr->result = (const unsigned char *)p;
+            pr->result_len = v->len;
+            p += v->len + 1;
+        }
+    }
+    rec->has_record = f->elements > 0;
+    return 0;
 }
 
 int wxg_guard_inspect(wxg_guard_t *g, const char *key, size_t key_len,
@@ -1531,67 +1648,10 @@ int wxg_guard_inspect(wxg_guard_t *g, const char *key, size_t key_len,
         rc = WXG_ENOMEM;
         goto out;
     }
-    int64_t now = r->element[0]->integer;
-    const redisReply *f = r->element[1];
-    size_t np = 0, pbytes = 0;
     char st = 0;
-    for (size_t i = 0; i < f->elements; i += 2) {
-        const redisReply *k = f->element[i], *v = f->element[i + 1];
-        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
-            rc = WXG_EREDIS;
-            goto out;
-        }
-        if (k->len > 2 && memcmp(k->str, "p:", 2) == 0) {
-            np++;
-            pbytes += k->len - 2 + 1 + v->len + 1;
-        } else if (k->len == 2 && memcmp(k->str, "st", 2) == 0 && v->len == 1) {
-            st = v->str[0];
-        } else if (k->len == 5 && memcmp(k->str, "owner", 5) == 0 &&
-                   v->len == WXG_GUARD_OWNER_LEN) {
-            memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
-            rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
-        } else if (k->len == 5 && memcmp(k->str, "fence", 5) == 0) {
-            rec->fence = (uint64_t)str_ll(v);
-        } else if (k->len == 7 && memcmp(k->str, "attempt", 7) == 0) {
-            rec->attempt = (uint32_t)str_ll(v);
-        } else if (k->len == 5 && memcmp(k->str, "lease", 5) == 0) {
-            rec->lease_ms_left = str_ll(v) - now;
-        } else if (k->len == 7 && memcmp(k->str, "claimed", 7) == 0) {
-            rec->claimed_at_ms = str_ll(v);
-        } else if (k->len == 5 && memcmp(k->str, "fails", 5) == 0) {
-            rec->fail_attempts = (uint32_t)str_ll(v);
-        } else if (k->len == 6 && memcmp(k->str, "reason", 6) == 0) {
-            rec->fail_reason = str_dup_reply(v);
-            if (!rec->fail_reason) {
-                rc = WXG_ENOMEM;
-                goto out;
-            }
-        }
-    }
-    if (np > 0) {
-        rec->finished = malloc(np * sizeof *rec->finished + pbytes);
-        if (!rec->finished) {
-            rc = WXG_ENOMEM;
-            goto out;
-        }
-        char *p = (char *)(rec->finished + np);
-        for (size_t i = 0; i < f->elements; i += 2) {
-            const redisReply *k = f->element[i], *v = f->element[i + 1];
-            if (!(k->len > 2 && memcmp(k->str, "p:", 2) == 0))
-                continue;
-            wxg_guard_plugin_result_t *pr = &rec->finished[rec->n_finished++];
-            memcpy(p, k->str + 2, k->len - 2);
-            p[k->len - 2] = '\0';
-            pr->name = p;
-            p += k->len - 1;
-            memcpy(p, v->str, v->len);
-            p[v->len] = '\0';
-            pr->result = (const unsigned char *)p;
-            pr->result_len = v->len;
-            p += v->len + 1;
-        }
-    }
-    rec->has_record = f->elements > 0;
+    rc = parse_record_fields(rec, r->element[1], r->element[0]->integer, &st);
+    if (rc)
+        goto out;
     rec->record_ttl_ms = r->element[2]->integer;
     rec->payload_tag = wxg__guard_payload_tag(payload_hash);
     if (r->element[3]->len > 0) {
@@ -1646,6 +1706,193 @@ int wxg_guard_release(wxg_guard_t *g, const char *key, size_t key_len, int *rele
         *released = r->integer == 1;
 out:
     batch_free(&b);
+    return rc;
+}
+
+/* Runs a one-message admin script with no arguments besides the record and returns its integer
+ * reply. */
+static int admin_int(wxg_guard_t *g, int script, const char *key, size_t key_len, long long *v)
+{
+    batch b;
+    int rc = admin_batch(g, &b, script, key, key_len);
+    if (rc)
+        goto out;
+    rc = batch_build(g, &b);
+    if (rc)
+        goto out;
+    rc = batch_run(g, &b, 1, 0);
+    if (rc)
+        goto out;
+    if (b.chunks[0].reply->type != REDIS_REPLY_INTEGER) {
+        rc = WXG_EREDIS;
+        set_err(g->last_error, sizeof g->last_error, "unexpected admin reply");
+        goto out;
+    }
+    *v = b.chunks[0].reply->integer;
+out:
+    batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed)
+{
+    if (!g)
+        return WXG_EINVAL;
+    long long v = 0;
+    int rc = admin_int(g, S_REARM, key, key_len, &v);
+    if (rc == 0 && rearmed)
+        *rearmed = v == 1;
+    return rc;
+}
+
+int wxg_guard_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged)
+{
+    if (!g)
+        return WXG_EINVAL;
+    long long v = 0;
+    int rc = admin_int(g, S_PURGE, key, key_len, &v);
+    if (rc == 0 && purged)
+        *purged = v == 1;
+    return rc;
+}
+
+/* Sends argv as one command on the handle's connection (connecting first when needed). */
+static int admin_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *lens,
+                     redisReply **out)
+{
+    int rc = ensure_ctx(g);
+    if (rc) {
+        count_error(g, rc);
+        return rc;
+    }
+    rc = simple_cmd(g, argc, argv, lens, out, g->last_error, sizeof g->last_error);
+    if (rc) {
+        count_error(g, rc);
+        return rc;
+    }
+    g->stats.round_trips++;
+    if ((*out)->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_classify_error((*out)->str, (*out)->len);
+        if (rc > 0)
+            rc = WXG_EREDIS;
+        set_err(g->last_error, sizeof g->last_error, "Redis refused %s: %.*s", argv[0],
+                (int)((*out)->len > 200 ? 200 : (*out)->len), (*out)->str);
+        freeReplyObject(*out);
+        *out = NULL;
+        count_error(g, rc);
+    }
+    return rc;
+}
+
+/* Calls fn for every record of one peek reply element {now, fields, pttl}; a record gone since
+ * SCAN saw it (no fields) is skipped. */
+static int scan_report(const redisReply *e, const redisReply *name, wxg_guard_scan_fn fn, void *arg)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_ARRAY ||
+        e->element[2]->type != REDIS_REPLY_INTEGER)
+        return WXG_EREDIS;
+    if (e->element[1]->elements == 0)
+        return 0;
+    wxg_guard_record_t *rec = calloc(1, sizeof *rec);
+    if (!rec)
+        return WXG_ENOMEM;
+    char st = 0;
+    int rc = parse_record_fields(rec, e->element[1], e->element[0]->integer, &st);
+    if (rc == 0) {
+        rec->record_key = str_dup_reply(name);
+        if (!rec->record_key)
+            rc = WXG_ENOMEM;
+    }
+    if (rc == 0) {
+        rec->record_ttl_ms = e->element[2]->integer;
+        rec->state = st == 'P'   ? WXG_GUARD_PROCESSING
+                     : st == 'F' ? WXG_GUARD_FAILED
+                                 : WXG_GUARD_ABSENT;
+        rc = fn(rec, arg);
+    }
+    wxg_guard_record_free(rec);
+    return rc;
+}
+
+int wxg_guard_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn, void *arg)
+{
+    if (!g || !cursor || !fn)
+        return WXG_EINVAL;
+    redisReply *page = NULL;
+    batch b;
+    memset(&b, 0, sizeof b);
+    char cur[24], cnt[16], match[WXG__KEY_MAX];
+    snprintf(cur, sizeof cur, "%llu", (unsigned long long)*cursor);
+    snprintf(cnt, sizeof cnt, "%d", count > 0 ? count : 100);
+    /* The prefix holds no glob characters (checked at creation), and record names are the only
+     * names with ":r:" after the shard tag. */
+    snprintf(match, sizeof match, "%s{s*}:r:*", g->prefix);
+    const char *argv[] = {"SCAN", cur, "MATCH", match, "COUNT", cnt};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++)
+        lens[i] = strlen(argv[i]);
+    int rc = admin_cmd(g, 6, argv, lens, &page);
+    if (rc)
+        goto out;
+    if (page->type != REDIS_REPLY_ARRAY || page->elements != 2 ||
+        page->element[0]->type != REDIS_REPLY_STRING ||
+        page->element[1]->type != REDIS_REPLY_ARRAY) {
+        rc = WXG_EREDIS;
+        set_err(g->last_error, sizeof g->last_error, "unexpected SCAN reply");
+        goto out;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long next = strtoull(page->element[0]->str, &end, 10);
+    if (errno || !end || *end) {
+        rc = WXG_EREDIS;
+        goto out;
+    }
+    const redisReply *names = page->element[1];
+    if (names->elements > 0) {
+        /* The records are strings whose format only the scripts know: read them with the peek
+         * script, chunked (and in cluster mode grouped by shard) like any batch, one round trip. */
+        rc = batch_init(g, &b, S_PEEK, names->elements, 0);
+        if (rc)
+            goto out;
+        size_t plen = strlen(g->prefix);
+        for (size_t i = 0; i < names->elements; i++) {
+            const redisReply *nm = names->element[i];
+            item *it = &b.items[i];
+            if (nm->type != REDIS_REPLY_STRING || nm->len >= sizeof it->k.record) {
+                rc = WXG_EREDIS;
+                set_err(g->last_error, sizeof g->last_error, "unexpected SCAN reply");
+                goto out;
+            }
+            memcpy(it->k.record, nm->str, nm->len);
+            it->k.record[nm->len] = '\0';
+            it->k.record_len = nm->len;
+            /* The shard is the hex number of the name's {s<shard>} tag. */
+            if (nm->len > plen + 2 && memcmp(nm->str + plen, "{s", 2) == 0)
+                it->k.shard = (unsigned)strtoul(it->k.record + plen + 2, NULL, 16);
+        }
+        rc = batch_build(g, &b);
+        if (rc)
+            goto out;
+        rc = batch_run(g, &b, 0, 1);
+        if (rc)
+            goto out;
+        for (size_t c = 0; c < b.nchunks && rc == 0; c++) {
+            for (size_t j = 0; j < b.chunks[c].count && rc == 0; j++) {
+                size_t idx = b.order[b.chunks[c].first + j];
+                rc = scan_report(batch_elem(&b, c, j), names->element[idx], fn, arg);
+                if (rc == WXG_EREDIS)
+                    set_err(g->last_error, sizeof g->last_error, "unexpected peek reply");
+            }
+        }
+    }
+    if (rc == 0)
+        *cursor = next;
+out:
+    batch_free(&b);
+    if (page)
+        freeReplyObject(page);
     return rc;
 }
 

@@ -20,6 +20,9 @@ extern const char wxg__lua_fail[];
 extern const char wxg__lua_inspect[];
 extern const char wxg__lua_release[];
 extern const char wxg__lua_layout[];
+extern const char wxg__lua_rearm[];
+extern const char wxg__lua_purge[];
+extern const char wxg__lua_peek[];
 
 /* The false-duplicate requirement: below WXG__FALSE_DUP_P over a retention window holding at
  * least WXG__FALSE_DUP_MARKERS markers (more when the configured rate implies more). */
@@ -32,6 +35,13 @@ extern const char wxg__lua_layout[];
 #define WXG__FIELD_BYTES_MIN   4
 #define WXG__FIELD_BYTES_MAX   16
 #define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
+/* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
+ * in-flight record is one string (lib/lua/_record.lua) instead of a hash. v3: that string also
+ * carries the idempotency key and the rearm time (for the admin tool). */
+#define WXG__LAYOUT_VERSION "v3"
+/* Default time-bucket width = retention / this: claim probes this + 1 buckets, and a marker lives
+ * between the retention and retention * (1 + 1 / this). Chosen by measurement: docs/guard.md. */
+#define WXG__BUCKETS_PER_RETENTION 1
 
 /* Geometry of the compact DONE markers, derived from the configuration. */
 typedef struct wxg__guard_geom {

@@ -996,6 +996,11 @@ static int dec_sync_batch(dctx *d, const tval *wxid, const tval *appid, const tv
 {
     if (msgs->type != J_ARR)
         return fail(d, WXG_EFORMAT, "sync callback: Data.messages is not an array");
+    /* Real batches carry tens of messages; a cap keeps a record of empty objects from costing
+     * hundreds of thousands of views. */
+    if (msgs->nchild > WXG_DECODE_MAX_MESSAGES)
+        return fail(d, WXG_ETOOBIG, "sync callback carries %zu messages; the limit is %d",
+                    msgs->nchild, WXG_DECODE_MAX_MESSAGES);
     size_t i = 0;
     for (const jnode *e = msgs->child; e != NULL; e = e->next, i++) {
         char pb[7][64];

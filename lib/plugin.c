@@ -70,9 +70,10 @@ static const struct {
     const char *name;
     const wxg_plugin_desc_t *(*get)(void);
 } builtins[] = {
-    {"noop", wxg__plugin_noop},
-    {"record", wxg__plugin_record},
-    {"fail", wxg__plugin_fail},
+    {"noop", wxg__plugin_noop},   {"record", wxg__plugin_record},
+    {"fail", wxg__plugin_fail},   {"autoreply", wxg__plugin_autoreply},
+    {"pgsql", wxg__plugin_pgsql}, {"billing", wxg__plugin_billing},
+    {"http", wxg__plugin_http},
 };
 
 static void set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
@@ -99,7 +100,7 @@ const wxg_plugin_desc_t *wxg_plugin_builtin(const char *name)
 
 const char *wxg_plugin_builtin_names(void)
 {
-    return "noop, record, fail";
+    return "noop, record, fail, autoreply, pgsql, billing, http";
 }
 
 const char *wxg_plugin_result_name(wxg_plugin_result_t r)
@@ -502,12 +503,14 @@ static const char *ctx_prev_result(const wxg_plugin_ctx_t *ctx)
     return hc(ctx)->call->prev_result;
 }
 
-static int ctx_produce(wxg_plugin_ctx_t *ctx, const char *topic, const void *key, size_t key_len,
-                       const void *value, size_t value_len, const wxg_plugin_header_t *headers,
-                       size_t header_count)
+static int ctx_produce_delivery(wxg_plugin_ctx_t *ctx, const char *topic, const void *key,
+                                size_t key_len, const void *value, size_t value_len,
+                                const wxg_plugin_header_t *headers, size_t header_count,
+                                int32_t *partition, int64_t *offset)
 {
     host_ctx *h = (host_ctx *)ctx;
     int rc;
+    wxg_delivery_t dr = {.partition = -1, .offset = -1};
     wxg_kafka_header_t hdr[MAX_PRODUCE_HDR];
     if (!h->chain->producer) {
         snprintf(h->produce_err, sizeof h->produce_err,
@@ -522,15 +525,28 @@ static int ctx_produce(wxg_plugin_ctx_t *ctx, const char *topic, const void *key
     }
     for (size_t i = 0; i < header_count; i++)
         hdr[i] = (wxg_kafka_header_t){headers[i].name, headers[i].value, headers[i].value_len};
-    rc = wxg_producer_send(h->chain->producer, topic, WXG_PARTITION_ANY, key, key_len, value,
-                           value_len, hdr, header_count, NULL, h->produce_err,
-                           sizeof h->produce_err);
+    rc =
+        wxg_producer_send(h->chain->producer, topic, WXG_PARTITION_ANY, key, key_len, value,
+                          value_len, hdr, header_count, &dr, h->produce_err, sizeof h->produce_err);
 out:
-    if (rc == 0)
+    if (rc == 0) {
         h->call->produce_count++;
-    else
+        if (partition)
+            *partition = dr.partition;
+        if (offset)
+            *offset = dr.offset;
+    } else {
         h->call->produce_error = rc;
+    }
     return rc;
+}
+
+static int ctx_produce(wxg_plugin_ctx_t *ctx, const char *topic, const void *key, size_t key_len,
+                       const void *value, size_t value_len, const wxg_plugin_header_t *headers,
+                       size_t header_count)
+{
+    return ctx_produce_delivery(ctx, topic, key, key_len, value, value_len, headers, header_count,
+                                NULL, NULL);
 }
 
 static int ctx_set_result(wxg_plugin_ctx_t *ctx, const char *result)
@@ -573,6 +589,7 @@ static const wxg_plugin_ctx_api_t ctx_api = {
     .set_result = ctx_set_result,
     .set_reason = ctx_set_reason,
     .err_name = wxg_err_name,
+    .produce_delivery = ctx_produce_delivery,
 };
 
 wxg_plugin_result_t wxg_plugin_chain_handle(const wxg_plugin_chain_t *chain,

@@ -6,10 +6,97 @@
 #ifndef WXG_PLUGIN_INT_H
 #define WXG_PLUGIN_INT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "wxguard/plugin.h"
 
 const wxg_plugin_desc_t *wxg__plugin_noop(void);
 const wxg_plugin_desc_t *wxg__plugin_record(void);
 const wxg_plugin_desc_t *wxg__plugin_fail(void);
+const wxg_plugin_desc_t *wxg__plugin_autoreply(void);
+const wxg_plugin_desc_t *wxg__plugin_pgsql(void);
+const wxg_plugin_desc_t *wxg__plugin_billing(void);
+const wxg_plugin_desc_t *wxg__plugin_http(void);
+
+/* ----- autoreply's rules (lib/plugins/autoreply.c), pure, exposed for the unit tests ----- */
+
+typedef struct wxg__ar_rules wxg__ar_rules_t;
+
+/* Parses every rule.<n> entry of conf (see autoreply.c for the grammar). Returns 0 and sets
+ * *out (possibly with no rules), or WXG_ECONFIG / WXG_ENOMEM with errstr naming the key. */
+int wxg__ar_rules_parse(const wxg_plugin_conf_t *conf, wxg__ar_rules_t **out, char *errstr,
+                        size_t errstr_size);
+
+/* The number of parsed rules. */
+size_t wxg__ar_rules_count(const wxg__ar_rules_t *rules);
+
+/* The reply text of the first rule (in rule-number order) that matches msg, or NULL; *rule_no
+ * (may be NULL) gets that rule's number. Thread-safe (regexec on a compiled pattern). */
+const char *wxg__ar_rules_match(const wxg__ar_rules_t *rules, const wxg_msg_view_t *msg,
+                                long *rule_no);
+
+/* Accepts NULL. */
+void wxg__ar_rules_free(wxg__ar_rules_t *rules);
+
+/* The reply command: {"account","to","content","in_reply_to","key"} as a malloc'd string, or
+ * NULL when out of memory. */
+char *wxg__ar_reply_json(const wxg_msg_view_t *msg, const char *key, const char *content);
+
+/* The amount billing charges for a message of `type`, given billing's init state (exposed for
+ * the unit tests). */
+int64_t wxg__billing_price(const void *state, const char *type);
+
+/* The http plugin's outcome for an HTTP status (exposed for the unit tests). */
+wxg_plugin_result_t wxg__http_classify(long status);
+
+/* ----- shared by the database plugins (lib/plugins/pg.c) ----- */
+
+struct pg_conn;   /* libpq's PGconn */
+struct pg_result; /* libpq's PGresult */
+
+typedef struct wxg__pg_conf {
+    char *conninfo;               /* dsn: a libpq keyword string or URI */
+    char *password;               /* or NULL: then libpq's own sources (PGPASSWORD, .pgpass) */
+    int64_t connect_timeout_s;    /* 1..3600 */
+    int64_t statement_timeout_ms; /* 0 = none */
+    int connect_at_start;         /* init connects once and creates the tables */
+    int create_tables;            /* CREATE TABLE IF NOT EXISTS on every new connection */
+} wxg__pg_conf_t;
+
+/* The configuration keys wxg__pg_conf_parse() reads, for wxg_plugin_conf_check_keys lists. */
+#define WXG__PG_CONF_KEYS                                                               \
+    "dsn", "password", "connect.timeout.s", "statement.timeout.ms", "connect.at.start", \
+        "create.tables"
+
+/* Reads the keys above. Returns 0 or WXG_ECONFIG/WXG_ENOMEM (errstr names the key). */
+int wxg__pg_conf_parse(const wxg_plugin_conf_t *conf, wxg__pg_conf_t *out, char *errstr,
+                       size_t errstr_size);
+void wxg__pg_conf_free(wxg__pg_conf_t *pc);
+
+/* 1 when `name` is a plain SQL identifier wxguard accepts for a table: [a-z_][a-z0-9_]{0,62}. */
+int wxg__pg_ident_ok(const char *name);
+
+/* Connects (blocking, at most the connect timeout) and applies the statement timeout. Returns
+ * the connection, or NULL with the reason in why. */
+struct pg_conn *wxg__pg_connect(const wxg__pg_conf_t *pc, char *why, size_t why_size);
+
+/* Runs each of the n statements in order (no parameters). Returns 0, or -1 with the reason in
+ * why. A concurrent creation of the same table by another connection is not an error. */
+int wxg__pg_exec_all(struct pg_conn *c, const char *const *sql, size_t n, char *why,
+                     size_t why_size);
+
+/* Prepares `sql` as statement `name` with n parameters of unspecified types. 0 or -1 (why). */
+int wxg__pg_prepare(struct pg_conn *c, const char *name, const char *sql, int nparams, char *why,
+                    size_t why_size);
+
+/* How a failed statement (res may be NULL) should be treated: WXG_PLUGIN_RETRY for a lost
+ * connection, a timeout, a serialization failure or a deadlock, lack of resources, a server
+ * shutting down; WXG_PLUGIN_FAIL for everything else (bad data, permissions, a broken schema).
+ * *reconnect is set to 1 when the connection is unusable and must be replaced, and *recreate to
+ * 1 when a table went missing (undefined_table: the next connection creates it again). why gets
+ * the SQLSTATE and the server's message. */
+int wxg__pg_classify(struct pg_conn *c, const struct pg_result *res, int *reconnect, int *recreate,
+                     char *why, size_t why_size);
 
 #endif /* WXG_PLUGIN_INT_H */

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Starts and stops the real servers that the integration tests and the local demo talk to:
-# one redis-server and one single-node Apache Kafka broker (KRaft, broker and controller in one
-# JVM), both on free 127.0.0.1 ports, with fresh data directories under DIR.
+# one redis-server, one single-node Apache Kafka broker (KRaft, broker and controller in one
+# JVM) and one PostgreSQL cluster, all on free 127.0.0.1 ports, with fresh data directories.
 #
-#   scripts/services.sh start DIR [--only redis|kafka]
+#   scripts/services.sh start DIR [--only redis|kafka|postgres]
 #   scripts/services.sh stop DIR
 #   scripts/services.sh status DIR
 #
 # `start` waits until each server answers (Redis: PING; Kafka: a metadata round trip that lists
 # one broker) and then writes DIR/services.env, KEY=VALUE lines that the tests read:
-#   WXG_TEST_REDIS_HOST, WXG_TEST_REDIS_PORT, WXG_TEST_KAFKA_BOOTSTRAP,
-#   WXG_SERVICES_{REDIS,KAFKA}_{PID,LOG,DATA} and WXG_SERVICES_KAFKA_CONTROLLER_PORT.
+#   WXG_TEST_REDIS_HOST, WXG_TEST_REDIS_PORT, WXG_TEST_KAFKA_BOOTSTRAP, WXG_TEST_PG_DSN (a libpq
+#   connection string), WXG_SERVICES_{REDIS,KAFKA}_{PID,LOG,DATA},
+#   WXG_SERVICES_KAFKA_CONTROLLER_PORT and WXG_SERVICES_PG_{PID,LOG,DIR}.
 # Values never contain spaces unless DIR does, so a shell can `. DIR/services.env` it.
 # The servers run detached (own session, stdin from /dev/null, output to DIR/*.log), so the
 # caller, e.g. ctest, does not wait for them. `stop` ends exactly the processes recorded in the
@@ -20,6 +21,7 @@
 #   WXG_CACHE_DIR           where scripts/setup.sh put the Kafka jars (default: <repo>/.cache)
 #   WXG_TEST_TIMEOUT_SCALE  integer factor for every wait (default 1)
 #   WXG_KAFKA_HEAP          maximum broker heap (default 512m)
+#   WXG_PG_USER             the unprivileged account PostgreSQL runs as (default postgres)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,7 +39,7 @@ die() {
 
 usage() {
   cat >&2 <<'EOF'
-usage: services.sh start DIR [--only redis|kafka]
+usage: services.sh start DIR [--only redis|kafka|postgres]
        services.sh stop DIR
        services.sh status DIR
 EOF
@@ -311,6 +313,124 @@ start_kafka() {
   die "the Kafka broker did not become ready within $((90 * scale)) s"
 }
 
+# --- postgresql ------------------------------------------------------------------------------
+# A throw-away cluster for the database plugins. Debian's initdb and postgres refuse to run as
+# root, so the cluster belongs to the unprivileged `postgres` account (WXG_PG_USER overrides it)
+# and lives in a temporary directory that this account owns: the build tree may sit below
+# directories it cannot enter. The Unix socket goes into that directory too, never into the
+# system's /run/postgresql. fsync and synchronous_commit are off: a test cluster need not
+# survive a power cut, and every write is much cheaper without them. Clients reach it over TCP
+# on 127.0.0.1 with trust authentication (loopback only, a throw-away cluster).
+
+pg_bindir() {
+  local d
+  if command -v initdb >/dev/null && command -v pg_ctl >/dev/null; then
+    dirname "$(command -v initdb)"
+    return 0
+  fi
+  for d in $(compgen -G '/usr/lib/postgresql/*/bin' | sort -t/ -k4 -n -r); do
+    if [[ -x $d/initdb && -x $d/postgres ]]; then
+      printf '%s\n' "$d"
+      return 0
+    fi
+  done
+  return 1
+}
+
+pg_as() { runuser -u "${WXG_PG_USER:-postgres}" -- "$@"; }
+
+pg_ready() {
+  local bindir=$1 port=$2
+  if [[ -x $bindir/pg_isready ]]; then
+    timeout 5 "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -d postgres \
+      -U "${WXG_PG_USER:-postgres}" >/dev/null 2>&1
+  else
+    timeout 5 psql -h 127.0.0.1 -p "$port" -U "${WXG_PG_USER:-postgres}" -d postgres -Atqc \
+      'select 1' >/dev/null 2>&1
+  fi
+}
+
+start_postgres() {
+  local dir=$1 envf=$2 bindir pgdir logf attempt port pid deadline user=${WXG_PG_USER:-postgres}
+  bindir=$(pg_bindir) || die "PostgreSQL's initdb not found: run scripts/setup.sh"
+  id -u "$user" >/dev/null 2>&1 || die "no '$user' account to run PostgreSQL as"
+  pgdir=$(mktemp -d "${TMPDIR:-/tmp}/wxg-pg.XXXXXX") || die "cannot create a temporary directory"
+  env_add "$envf" WXG_SERVICES_PG_DIR "$pgdir"
+  chown "$user:" "$pgdir"
+  chmod 0700 "$pgdir"
+  logf=$dir/postgres.log
+  : >"$logf"
+  if ! pg_as "$bindir/initdb" -D "$pgdir/data" -U "$user" --auth=trust --encoding=UTF8 \
+    --locale=C.UTF-8 --no-sync </dev/null >"$dir/postgres-initdb.log" 2>&1; then
+    show_log_tail "initdb" "$dir/postgres-initdb.log"
+    die "initdb failed"
+  fi
+  for attempt in 1 2 3; do
+    port=$(pick_port) || die "no free port for PostgreSQL"
+    # The server runs in the foreground of its own session (like redis-server above), so that
+    # its PID is ours to record and stop; its log goes to a file the postgres account can write.
+    setsid runuser -u "$user" -- "$bindir/postgres" -D "$pgdir/data" -p "$port" \
+      -c listen_addresses=127.0.0.1 -c "unix_socket_directories=$pgdir" -c fsync=off \
+      -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+      -c shared_buffers=64MB </dev/null >>"$logf" 2>&1 &
+    pid=$!
+    env_add "$envf" WXG_SERVICES_PG_PID "$pid"
+    deadline=$(($(now_ms) + 30000 * scale))
+    while (($(now_ms) < deadline)); do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        break
+      fi
+      if pg_ready "$bindir" "$port"; then
+        env_add "$envf" WXG_SERVICES_PG_LOG "$logf"
+        env_add "$envf" WXG_TEST_PG_DSN \
+          "postgresql://$user@127.0.0.1:$port/postgres?connect_timeout=5"
+        log "PostgreSQL ready on 127.0.0.1:$port (pid $pid, data in $pgdir)"
+        return 0
+      fi
+      sleep 0.1
+    done
+    stop_postgres_pid "$pid" || true
+    if grep -q 'could not bind\|Address already in use' "$logf" 2>/dev/null; then
+      log "port $port was taken meanwhile; trying another (attempt $attempt)"
+      continue
+    fi
+    break
+  done
+  show_log_tail PostgreSQL "$logf"
+  die "PostgreSQL did not become ready"
+}
+
+# The recorded PID is runuser's; the postmaster is its child and both carry the data directory
+# on their command lines. SIGTERM to runuser is passed on to the postmaster (smart shutdown
+# would wait for clients, so the postmaster itself gets SIGINT: fast shutdown).
+stop_postgres_pid() {
+  local pid=$1 child children=()
+  [[ $pid =~ ^[0-9]+$ ]] || return 0
+  read -r -a children <"/proc/$pid/task/$pid/children" 2>/dev/null || true
+  for child in "${children[@]}"; do
+    if is_ours "$child" postgres; then
+      kill -INT "$child" 2>/dev/null || true
+    fi
+  done
+  end_process PostgreSQL "$pid" postgres 20
+}
+
+stop_postgres() {
+  local envf=$1 pid pgdir rc=0
+  while read -r pid; do
+    stop_postgres_pid "$pid" || rc=1
+  done < <(grep '^WXG_SERVICES_PG_PID=' "$envf" | cut -d= -f2-)
+  if ((rc == 0)); then
+    while read -r pgdir; do
+      # Only a directory this script made: the mktemp pattern under the temporary directory.
+      if [[ $pgdir == */wxg-pg.* && -d $pgdir ]]; then
+        rm -rf "$pgdir"
+      fi
+    done < <(grep '^WXG_SERVICES_PG_DIR=' "$envf" | cut -d= -f2-)
+  fi
+  return "$rc"
+}
+
 # --- commands --------------------------------------------------------------------------------
 
 cmd_stop() {
@@ -327,6 +447,7 @@ cmd_stop() {
   while read -r pid; do
     end_process redis-server "$pid" redis-server 10 "$dir/redis-data" || rc=1
   done < <(grep '^WXG_SERVICES_REDIS_PID=' "$envf" | cut -d= -f2-)
+  stop_postgres "$envf" || rc=1
   if ((rc == 0)); then
     for data in "$dir/kafka" "$dir/redis-data"; do
       rm -rf "$data"
@@ -365,11 +486,14 @@ cmd_start() {
   trap 'exit 130' INT
   trap 'exit 143' TERM
   env_add "$envf" WXG_SERVICES_DIR "$dir"
-  if [[ $only != kafka ]]; then
+  if [[ $only == all || $only == redis ]]; then
     start_redis "$dir" "$envf"
   fi
-  if [[ $only != redis ]]; then
+  if [[ $only == all || $only == kafka ]]; then
     start_kafka "$dir" "$envf"
+  fi
+  if [[ $only == all || $only == postgres ]]; then
+    start_postgres "$dir" "$envf"
   fi
   start_done=1
   log "addresses written to $envf"
@@ -387,6 +511,15 @@ cmd_status() {
       log "redis-server pid $pid on port $(env_get "$envf" WXG_TEST_REDIS_PORT): running"
     else
       log "redis-server pid $pid: not running"
+      rc=1
+    fi
+  fi
+  pid=$(env_get "$envf" WXG_SERVICES_PG_PID)
+  if [[ -n $pid ]]; then
+    if is_ours "$pid" postgres; then
+      log "PostgreSQL pid $pid ($(env_get "$envf" WXG_TEST_PG_DSN)): running"
+    else
+      log "PostgreSQL pid $pid: not running"
       rc=1
     fi
   fi
@@ -416,7 +549,7 @@ main() {
     *) usage ;;
     esac
   done
-  [[ $only == all || $only == redis || $only == kafka ]] || usage
+  [[ $only == all || $only == redis || $only == kafka || $only == postgres ]] || usage
   if [[ $cmd == start ]]; then
     mkdir -p "$dir"
   fi

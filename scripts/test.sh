@@ -10,9 +10,11 @@
 #   valgrind  every unit test under valgrind memcheck (0 errors, no definite/indirect leaks)
 #   asan      build-asan/ (ASan+UBSan) and the whole suite again
 #   tsan      build-tsan/ (TSan) and the tests labelled tsan
+#   fuzz      build-fuzz/ (clang, libFuzzer + ASan/UBSan) and each fuzz harness for a bounded
+#             time (WXG_FUZZ_SECONDS, default 60), failing on any crash, leak or report
 #
 # Usage: scripts/test.sh [--quick] [--skip PHASE[,PHASE...]]
-#   --quick   skip valgrind, asan and tsan (a fast local check)
+#   --quick   skip valgrind, asan, tsan and fuzz (a fast local check)
 #   --skip    skip the named phases; WXG_TEST_SKIP="asan tsan" does the same
 # Environment: WXG_JOBS (parallel jobs, default: the number of cores), WXG_TEST_TIMEOUT_SCALE
 # (integer factor for every timeout, default 1; sanitizer phases use three times it).
@@ -37,7 +39,7 @@ usage() {
 
 while (($#)); do
   case $1 in
-  --quick) skip+=" valgrind asan tsan " ;;
+  --quick) skip+=" valgrind asan tsan fuzz " ;;
   --skip)
     (($# >= 2)) || usage
     skip+=" ${2//,/ } "
@@ -75,7 +77,7 @@ summary() {
 
 stop_services() {
   local d
-  for d in build build-asan build-tsan; do
+  for d in build build-asan build-tsan build-fuzz; do
     if [[ -f $repo/$d/test-services/services.env ]]; then
       "$here/services.sh" stop "$repo/$d/test-services" || true
     fi
@@ -187,6 +189,14 @@ do_tsan() {
   WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-tsan -L tsan
 }
 
+do_fuzz() {
+  # Only the harnesses are built here; the rest of the tree is built and tested above.
+  WXG_TEST_TIMEOUT_SCALE=$scale CC=clang run cmake -S . -B build-fuzz -G Ninja -DWXG_WERROR=ON \
+    -DWXG_FUZZ=ON
+  run cmake --build build-fuzz --parallel "$jobs" --target fuzz_decode
+  WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build-fuzz -L fuzz
+}
+
 phase setup do_setup
 if skipped build; then
   echo "the build phase cannot be skipped" >&2
@@ -198,3 +208,4 @@ phase test do_test
 phase valgrind do_valgrind
 phase asan do_asan
 phase tsan do_tsan
+phase fuzz do_fuzz

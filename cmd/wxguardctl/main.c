@@ -2,13 +2,20 @@
  * wxguardctl: the operator's tool.
  *
  * One program, several subcommands, each a row of the `commands` table below with its own
- * option parsing and --help. Exit status for every subcommand: 0 success, 1 the work was done
- * but some input was rejected (see the subcommand), 2 usage error or unreadable input.
+ * option parsing and --help. Exit status for every subcommand: 0 success, 1 not found / nothing
+ * matched / refused / some input rejected or only part of the work done (see the subcommand),
+ * 2 usage error, bad configuration or unreadable input, 3 Redis or Kafka unreachable or
+ * authentication refused, 4 the operator answered no at a confirmation prompt.
  *
  * Subcommands:
- *   key   decode callback records and print, for each message, its idempotency key and decoded
- *         fields as one JSON line (or the error and its reason) -- answers "why was this message
- *         treated as a duplicate?".
+ *   key      decode callback records and print, for each message, its idempotency key and
+ *            decoded fields as one JSON line (or the error and its reason) -- answers "why was
+ *            this message treated as a duplicate?".
+ *   inspect  the guard's record of a message (ctl_guard.c)
+ *   failed   list FAILED messages with reasons (ctl_guard.c)
+ *   release  clear a stuck PROCESSING claim (ctl_guard.c)
+ *   purge    remove one account's guard records (ctl_guard.c)
+ *   redrive  re-produce dead-lettered messages (ctl_redrive.c)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 #include "wxguard/msg.h"
 
 #define EXIT_REJECTED 1
-#define EXIT_USAGE    2
 
 typedef struct command {
     const char *name;
@@ -35,6 +42,12 @@ static void help_key(FILE *out);
 
 static const command commands[] = {
     {"key", "decode callback records and print their idempotency keys", cmd_key, help_key},
+    {"inspect", "show the guard's record of a message", ctl_cmd_inspect, ctl_help_inspect},
+    {"failed", "list FAILED messages with their reasons", ctl_cmd_failed, ctl_help_failed},
+    {"release", "clear a stuck PROCESSING claim", ctl_cmd_release, ctl_help_release},
+    {"purge", "remove one account's guard records", ctl_cmd_purge, ctl_help_purge},
+    {"redrive", "re-produce dead-lettered messages to their topic", ctl_cmd_redrive,
+     ctl_help_redrive},
 };
 
 static void usage(FILE *out)
@@ -45,8 +58,7 @@ static void usage(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\nexit status: 0 success, 1 some input was rejected, 2 usage error or "
-                 "unreadable input\n");
+    fprintf(out, "\n" CTL_EXIT_HELP);
 }
 
 /* ---- JSON output ------------------------------------------------------------------------- */

@@ -65,11 +65,11 @@ typedef struct wxg_delivery {
 #define WXG_PRODUCER_REPORT_GRACE_MS 5000
 
 /* Creates the producer. props (n entries, may be NULL when n is 0) are applied in order on top of
- * wxguard's defaults (enable.idempotence=true, acks=all, message.timeout.ms=30000); setting
- * enable.idempotence to false or acks to anything but all/-1 is refused. bootstrap.servers must
- * be among props. Starts the delivery-report thread. Returns NULL with a reason in errstr on
- * failure (bad property, thread creation). Nothing is sent to the broker until the first send.
- * Main thread. */
+ * wxguard's defaults (enable.idempotence=true, acks=all, message.timeout.ms=30000,
+ * statistics.interval.ms=1000 for wxg_producer_brokers_up); setting enable.idempotence to false or
+ * acks to anything but all/-1 is refused. bootstrap.servers must be among props. Starts the
+ * delivery-report thread. Returns NULL with a reason in errstr on failure (bad property, thread
+ * creation). Nothing is sent to the broker until the first send. Main thread. */
 WXG_EXPORT wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *errstr,
                                             size_t errstr_size);
 
@@ -92,6 +92,23 @@ WXG_EXPORT int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t p
                                  size_t value_len, const wxg_kafka_header_t *headers,
                                  size_t header_count, wxg_delivery_t *dr, char *errstr,
                                  size_t errstr_size);
+
+/* The same as wxg_producer_send(), but waits at most wait_ms (when > 0 and shorter than the usual
+ * bound) for the delivery report before giving up with WXG_ETIMEDOUT. For callers that must answer
+ * within a budget of their own (an HTTP request): the record may still be delivered after the
+ * call gave up, so such a caller must tolerate a duplicate when its client retries. wait_ms 0
+ * means the usual bound. Any thread. */
+WXG_EXPORT int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic,
+                                        int32_t partition, const void *key, size_t key_len,
+                                        const void *value, size_t value_len,
+                                        const wxg_kafka_header_t *headers, size_t header_count,
+                                        wxg_delivery_t *dr, char *errstr, size_t errstr_size);
+
+/* How many brokers the producer had an open connection to (state UP) in librdkafka's latest
+ * statistics (emitted every statistics.interval.ms, default here 1000), or -1 before the first
+ * statistics arrived or when statistics are switched off (statistics.interval.ms=0). Lock-free;
+ * any thread. */
+WXG_EXPORT int wxg_producer_brokers_up(const wxg_producer_t *p);
 
 /* The producer's delivery timeout in milliseconds (message.timeout.ms as configured). */
 WXG_EXPORT int wxg_producer_delivery_timeout_ms(const wxg_producer_t *p);

@@ -68,8 +68,8 @@ typedef struct wxg_guard_conf {
 
     /* Compact DONE markers (docs/guard.md). The geometry derived from these is stamped in Redis
      * at start-up; a handle whose geometry differs from the stamp is refused (WXG_ECONFIG). */
-    int64_t done_bucket_ms;    /* width of a time bucket; 0 = retention / 7 (one day by default).
-                                  Retention is exact to within one bucket width. */
+    int64_t done_bucket_ms;    /* width of a time bucket; 0 = the retention (claim probes 2
+                                  buckets). Retention is exact to within one bucket width. */
     double done_expected_rate; /* expected DONE markers per second across all replicas,
                                   default 1000; sizes the hash buckets */
     int done_bucket_target;    /* aimed-for mean entries per bucket, default 64 (<= 128) */
@@ -239,6 +239,12 @@ typedef struct wxg_guard_record {
     int done_payload_tag; /* the stored payload-hash tag */
     int payload_tag;      /* the tag this key's marker would carry for the given hash */
     char *record_key;     /* the Redis key of the in-flight record */
+    /* Appended for the admin tool. */
+    char *msg_key; /* the idempotency key stored by the last claim (NUL-terminated; NULL
+                      when the record holds none, e.g. one written by an older version) */
+    size_t msg_key_len;
+    int64_t failed_at_ms;  /* FAILED: server time of the failure (or release), Unix ms; else 0 */
+    int64_t rearmed_at_ms; /* server time of the last wxg_guard_rearm(), Unix ms; else 0 */
 } wxg_guard_record_t;
 
 /* Reads the full record of `key` (in-flight record with TTL, finished plugins, and the DONE
@@ -252,6 +258,36 @@ WXG_EXPORT void wxg_guard_record_free(wxg_guard_record_t *r);
  * transitions are refused as lease lost. *released is 1 when a claim was cleared, 0 when the
  * message was not PROCESSING. */
 WXG_EXPORT int wxg_guard_release(wxg_guard_t *g, const char *key, size_t key_len, int *released);
+
+/* Prepares a FAILED message to run again, for the redrive of a dead-lettered message: its
+ * attempt counter restarts, so the next claim is attempt 1 and gets the consumer's whole retry
+ * budget, while the fencing counter and the finished plugins are kept (a plugin that finished
+ * before the failure is not run again, and a stale owner stays refused). Nothing else changes:
+ * the next claim takes the message as it takes any FAILED one, and once it is DONE every further
+ * copy is a DUPLICATE -- so a redriven message is processed once however often it is re-produced.
+ * *rearmed (may be NULL) is 1 when a FAILED record was re-armed and 0 when the message was not
+ * FAILED (absent, in flight or DONE: use wxg_guard_inspect() first to tell which). */
+WXG_EXPORT int wxg_guard_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed);
+
+/* Deletes the in-flight record (FAILED, or PROCESSING whose lease has expired) of `key`, for an
+ * operator removing one account's data. A live claim is never deleted (*purged = 0). The DONE
+ * marker, if any, is not touched: markers of all accounts share compact buckets, which expire
+ * whole after the retention. Deleting a record also forgets its fencing counter, so a later claim
+ * starts again at fence 1. *purged (may be NULL) is 1 when a record was deleted. */
+WXG_EXPORT int wxg_guard_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged);
+
+/* Called by wxg_guard_scan() for every in-flight record found. The record is freed after the
+ * call returns. Return 0 to go on, anything else to stop the scan (that value is returned). */
+typedef int (*wxg_guard_scan_fn)(const wxg_guard_record_t *rec, void *arg);
+
+/* One step of a cursor walk over the in-flight records (PROCESSING and FAILED) under this
+ * handle's prefix, with SCAN ... MATCH ... COUNT, never KEYS. Start with *cursor = 0; each call
+ * reads one SCAN page (about `count` keys; <= 0 means 100) and updates *cursor, which is 0 again
+ * when the walk is complete. Records may be seen twice or not at all if they change meanwhile
+ * (SCAN's guarantees). DONE messages have no record and are never reported. Returns 0, a
+ * call-level error, or the callback's non-zero value. */
+WXG_EXPORT int wxg_guard_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn,
+                              void *arg);
 
 /* ---- Counters ---- */
 

@@ -84,6 +84,8 @@ typedef struct wxg_decode_opts {
 #define WXG_DECODE_DEFAULT_MAX_BYTES ((size_t)1 << 20)
 #define WXG_DECODE_DEFAULT_MAX_DEPTH 32
 #define WXG_DECODE_LIMIT_MAX_DEPTH   512
+/* The most messages one batched record may carry (more is WXG_ETOOBIG). */
+#define WXG_DECODE_MAX_MESSAGES 10000
 
 /* One record -> zero or more messages (batched sync callbacks; an empty batch has none). */
 typedef struct wxg_batch_s wxg_batch_t;
@@ -91,7 +93,8 @@ typedef struct wxg_batch_s wxg_batch_t;
 /* Decodes one record of len bytes (need not be NUL-terminated). On success returns 0 and *out
  * owns every message view; free it with wxg_batch_free(). On failure returns a negative WXG_E*
  * code (ETOOBIG, EDEPTH, EPARSE, EFORMAT, ENOACCOUNT, EIDCONFLICT, ENOMEM, EINVAL), leaves *out
- * NULL and writes a human-readable reason (no raw input text) to errstr when errstr_size > 0.
+ * NULL and writes a human-readable reason to errstr when errstr_size > 0 (printable ASCII; it
+ * quotes no payload text beyond the element names libxml2 may mention).
  * opts may be NULL (defaults). buf may be NULL only when len is 0. Thread-safe. */
 WXG_EXPORT int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts,
                           wxg_batch_t **out, char *errstr, size_t errstr_size);

@@ -214,6 +214,11 @@ typedef struct wxg_plugin_ctx_api {
     int (*set_result)(wxg_plugin_ctx_t *ctx, const char *result);
     void (*set_reason)(wxg_plugin_ctx_t *ctx, const char *reason);
     const char *(*err_name)(int err);
+    /* Appended: produce with the delivery's partition and offset (see below). */
+    int (*produce_delivery)(wxg_plugin_ctx_t *ctx, const char *topic, const void *key,
+                            size_t key_len, const void *value, size_t value_len,
+                            const wxg_plugin_header_t *headers, size_t header_count,
+                            int32_t *partition, int64_t *offset);
 } wxg_plugin_ctx_api_t;
 
 /* The context of one handle call. Opaque beyond its first member; valid during the call only,
@@ -284,6 +289,28 @@ static inline int wxg_plugin_ctx_produce(wxg_plugin_ctx_t *ctx, const char *topi
                                          const wxg_plugin_header_t *headers, size_t header_count)
 {
     return ctx->api->produce(ctx, topic, key, key_len, value, value_len, headers, header_count);
+}
+
+/* Like wxg_plugin_ctx_produce(), and on success also tells where the record landed: its
+ * partition and offset (either pointer may be NULL). Hosts older than this function lack it:
+ * check WXG_PLUGIN_CTX_HAS(ctx, produce_delivery) first, or call this wrapper, which then falls
+ * back to wxg_plugin_ctx_produce() and reports partition -1 and offset -1. */
+static inline int wxg_plugin_ctx_produce_delivery(wxg_plugin_ctx_t *ctx, const char *topic,
+                                                  const void *key, size_t key_len,
+                                                  const void *value, size_t value_len,
+                                                  const wxg_plugin_header_t *headers,
+                                                  size_t header_count, int32_t *partition,
+                                                  int64_t *offset)
+{
+    if (!WXG_PLUGIN_CTX_HAS(ctx, produce_delivery)) {
+        if (partition)
+            *partition = -1;
+        if (offset)
+            *offset = -1;
+        return ctx->api->produce(ctx, topic, key, key_len, value, value_len, headers, header_count);
+    }
+    return ctx->api->produce_delivery(ctx, topic, key, key_len, value, value_len, headers,
+                                      header_count, partition, offset);
 }
 
 /* Records this plugin's small result (text, at most WXG_PLUGIN_RESULT_MAX bytes; NULL clears

@@ -2,43 +2,58 @@
 --
 -- KEYS[i]   the in-flight record of message i
 -- ARGV[1..2] DONE retention ms, bucket width ms
--- then 4 per message: owner token, fence, DONE bucket stem, marker field
+-- then 3 per message: ownership prefix 'P|owner|fence|', DONE bucket stem, marker field
 -- Returns per message 0 (DONE written), 1 (no record, but the message is already DONE) or
 -- -1 (lease lost: nothing changed).
 --
--- A bucket covers one time-bucket width and expires as a whole `retention` after the end of its
--- width, so a marker lives between retention and retention + width.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- GETDEL takes the record out in one call; when it is not the caller's (rare: the lease was
+-- lost) it is put back unchanged, with the absolute expiry it carries, before anything else runs.
+-- The marker goes into the newest bucket together with a one-byte sentinel field '_': HSET
+-- answers 2 only when both were new, i.e. when this call created the bucket, and only then is
+-- the bucket's expiry set. A bucket covers one width and expires as a whole `retention` after
+-- the end of its width, so a marker lives between retention and retention + width.
+local now = server_ms()
 local retention = tonumber(ARGV[1])
 local width = tonumber(ARGV[2])
 local bmin = math.floor((now - retention) / width)
 local bmax = math.floor(now / width)
--- Suffixes formatted once per call (see claim.lua).
 local sfx = {}
 for b = bmax, bmin, -1 do
   sfx[#sfx + 1] = string.format('%d', b)
 end
+local newest = sfx[1]
 local expire_at = string.format('%d', (bmax + 1) * width + retention)
 local out = {}
 for i = 1, #KEYS do
-  local a = 2 + (i - 1) * 4
-  local stem, field = ARGV[a + 3], ARGV[a + 4]
-  local rec = redis.call('HMGET', KEYS[i], 'st', 'owner', 'fence', 'ph')
-  if rec[1] == 'P' and rec[2] == ARGV[a + 1] and rec[3] == ARGV[a + 2] then
-    local bk = stem .. sfx[1]
-    redis.call('HSET', bk, field, rec[4] or '0')
-    redis.call('PEXPIREAT', bk, expire_at)
-    redis.call('DEL', KEYS[i])
+  local a = 2 + (i - 1) * 3
+  local pfx = ARGV[a + 1]
+  local v = redis.call('GETDEL', KEYS[i])
+  if v and string.sub(v, 1, #pfx) == pfx then
+    local e = string.find(v, '|', #pfx + 1, true)
+    local bk = ARGV[a + 2] .. newest
+    if redis.call('HSET', bk, ARGV[a + 3], string.sub(v, #pfx + 1, e - 1), '_', '') == 2 then
+      redis.call('PEXPIREAT', bk, expire_at)
+    end
     out[i] = 0
-  else
+  elseif v then
+    -- Not the caller's record: put it back as it was. (A record this layout cannot read keeps
+    -- a TTL too: the retention.)
+    local f = rec_split(v)
+    if f and tonumber(f[6]) then
+      redis.call('SET', KEYS[i], v, 'PXAT', f[6])
+    else
+      redis.call('SET', KEYS[i], v, 'PX', retention)
+    end
     out[i] = -1
-    if not rec[1] then
-      for j = 1, #sfx do
-        if redis.call('HEXISTS', stem .. sfx[j], field) == 1 then
-          out[i] = 1
-          break
-        end
+  else
+    -- No record: a retried complete whose first attempt ran finds its marker; anything else
+    -- (expired record, never claimed) is lease lost.
+    out[i] = -1
+    local stem, field = ARGV[a + 2], ARGV[a + 3]
+    for j = 1, #sfx do
+      if redis.call('HEXISTS', stem .. sfx[j], field) == 1 then
+        out[i] = 1
+        break
       end
     end
   end

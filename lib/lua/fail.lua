@@ -1,21 +1,23 @@
 -- fail: mark messages FAILED and drop the lease so that a retry can claim them at once.
 --
 -- KEYS[i]   the in-flight record of message i
--- ARGV[1]   FAILED retention ms; then 4 per message: owner token, fence, reason, attempts
+-- ARGV[1]   FAILED retention ms; then 3 per message: ownership prefix 'P|owner|fence|', reason,
+--           attempts
 -- Returns per message 0 (FAILED written) or -1 (lease lost: nothing changed).
 -- The fencing counter and the finished plugins stay in the record.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
+local now = server_ms()
+local now_s = string.format('%d', now)
+local exp_s = string.format('%d', now + tonumber(ARGV[1]))
 local out = {}
 for i = 1, #KEYS do
-  local a = 1 + (i - 1) * 4
-  local rec = redis.call('HMGET', KEYS[i], 'st', 'owner', 'fence')
-  if rec[1] == 'P' and rec[2] == ARGV[a + 1] and rec[3] == ARGV[a + 2] then
-    redis.call('HSET', KEYS[i], 'st', 'F', 'reason', ARGV[a + 3], 'fails', ARGV[a + 4],
-               'failed', now)
-    redis.call('HDEL', KEYS[i], 'owner', 'lease')
-    redis.call('PEXPIRE', KEYS[i], ttl)
+  local a = 1 + (i - 1) * 3
+  local pfx = ARGV[a + 1]
+  local v = redis.call('GET', KEYS[i])
+  local f = (v and string.sub(v, 1, #pfx) == pfx) and rec_split(v) or nil
+  if f then
+    f[1], f[2], f[6], f[7] = 'F', '', exp_s, '0'
+    f[9], f[10], f.reason = ARGV[a + 3], now_s, ARGV[a + 2]
+    redis.call('SET', KEYS[i], rec_join(f), 'PXAT', exp_s)
     out[i] = 0
   else
     out[i] = -1

@@ -4,12 +4,17 @@
 -- ARGV[1]   FAILED retention ms
 -- Returns 1 when a claim was cleared, 0 when the message was not PROCESSING. The fencing counter
 -- stays, so the next claim gets a higher fence and the old owner is refused as lease lost.
-if redis.call('HGET', KEYS[1], 'st') ~= 'P' then
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 2) ~= 'P|' then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], 'st', 'F', 'reason', 'released', 'failed', now)
-redis.call('HDEL', KEYS[1], 'owner', 'lease')
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+local f = rec_split(v)
+if not f then
+  return rec_bad(KEYS[1])
+end
+local now = server_ms()
+local exp_s = string.format('%d', now + tonumber(ARGV[1]))
+f[1], f[2], f[6], f[7] = 'F', '', exp_s, '0'
+f[10], f.reason = string.format('%d', now), 'released'
+redis.call('SET', KEYS[1], rec_join(f), 'PXAT', exp_s)
 return 1

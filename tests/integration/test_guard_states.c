@@ -44,17 +44,19 @@ static int teardown(void **state)
 static unsigned char hash_a[32] = {0x12, 0x34, 1};
 static unsigned char hash_b[32] = {0x56, 0x78, 2};
 
-/* The raw fields of a message's record, as one comparable string. */
+/* The raw record of a message (one string), and whether its key still expires within the
+ * in-flight TTL, as one comparable string. */
 static char *record_dump(fixture *f, const char *key)
 {
     wxg_guard_record_t *rec = NULL;
     assert_int_equal(wxg_guard_inspect(f->g, key, strlen(key), NULL, &rec), 0);
-    const char *argv[2] = {"HGETALL", rec->record_key};
+    const char *argv[2] = {"GET", rec->record_key};
     redisReply *r = gt_cmd(f->raw, 2, argv);
-    size_t cap = 4096, len = 0;
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    size_t cap = 4096;
     char *s = calloc(1, cap);
-    for (size_t i = 0; i < r->elements; i++)
-        len += (size_t)snprintf(s + len, cap - len, "%s|", r->element[i]->str);
+    long long ttl = gt_pttl(f->raw, rec->record_key);
+    snprintf(s, cap, "%s ttl-ok=%d", r->str, ttl > 0 && ttl <= f->conf.inflight_ttl_ms);
     freeReplyObject(r);
     wxg_guard_record_free(rec);
     return s;

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testenv.h"
 #include "wxguard/dlq.h"
@@ -93,6 +94,11 @@ static void bad_arguments_are_refused_before_anything_is_sent(void **state)
                                        err, sizeof err),
                      WXG_EINVAL);
 
+    wxg_kafka_header_t unnamed[] = {{NULL, "v", 1}};
+    assert_int_equal(wxg_producer_send(p, "t", WXG_PARTITION_ANY, NULL, 0, "v", 1, unnamed, 1, NULL,
+                                       err, sizeof err),
+                     WXG_EINVAL);
+
     assert_null(wxg_dlq_new(NULL, "dlq", "g", err, sizeof err));
     assert_null(wxg_dlq_new(p, "", "g", err, sizeof err));
     wxg_dlq_t *d = wxg_dlq_new(p, "dlq", "group-1", err, sizeof err);
@@ -142,6 +148,34 @@ static void a_write_to_an_unreachable_cluster_is_an_error_never_success(void **s
     wxg_producer_destroy(p, 0);
 }
 
+/* A send with a wait bound shorter than the delivery timeout gives up at that bound (the record
+ * stays queued until librdkafka's own timeout), and a producer that never reached a broker
+ * reports no broker up. */
+static void a_bounded_send_gives_up_at_its_bound_and_no_broker_is_up(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    wxg_kafka_prop_t props[] = {{"bootstrap.servers", closed_bootstrap},
+                                {"message.timeout.ms", "60000"},
+                                {"statistics.interval.ms", "100"},
+                                {"log_level", "0"}};
+    wxg_producer_t *p = wxg_producer_new(props, 4, err, sizeof err);
+    assert_non_null(p);
+    int rc = wxg_producer_send_within(p, 200, "callbacks", WXG_PARTITION_ANY, "k", 1, "v", 1, NULL,
+                                      0, NULL, err, sizeof err);
+    assert_int_equal(rc, WXG_ETIMEDOUT);
+    assert_non_null(strstr(err, "no delivery report within the bound"));
+    assert_int_equal(wxg_producer_send_within(p, -1, "callbacks", WXG_PARTITION_ANY, "k", 1, "v", 1,
+                                              NULL, 0, NULL, err, sizeof err),
+                     WXG_EINVAL);
+    /* Statistics come every 100 ms; none of them can show a broker up. */
+    for (int i = 0; i < 300 && wxg_producer_brokers_up(p) < 0; i++)
+        usleep(10000);
+    assert_int_equal(wxg_producer_brokers_up(p), 0);
+    assert_int_equal(wxg_producer_brokers_up(NULL), -1);
+    wxg_producer_destroy(p, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +183,7 @@ int main(void)
         cmocka_unit_test(producer_reports_its_delivery_timeout),
         cmocka_unit_test(bad_arguments_are_refused_before_anything_is_sent),
         cmocka_unit_test(a_write_to_an_unreachable_cluster_is_an_error_never_success),
+        cmocka_unit_test(a_bounded_send_gives_up_at_its_bound_and_no_broker_is_up),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -42,10 +42,12 @@ static void default_geometry_keeps_false_duplicates_below_1e9_and_buckets_compac
     wxg__guard_geom_t g;
     char err[256];
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
-    assert_int_equal(g.bucket_ms, 24LL * 3600 * 1000);
+    /* One bucket per retention: a claim probes 2 buckets, a marker lives 7 to 14 days. */
+    assert_int_equal(g.bucket_ms, 7LL * 24 * 3600 * 1000);
     assert_int_equal(g.shard_bits, 4);
-    assert_int_equal(g.selector_bits, 21); /* 8.64e7 markers a day / 2^21 = 41 per bucket */
-    assert_int_equal(g.field_bytes, 9);    /* 88 - 21 = 67 bits -> 9 bytes */
+    assert_int_equal(g.selector_bits, 24); /* 6.05e8 markers a week / 2^24 = 36 per bucket */
+    assert_int_equal(g.required_bits, 90); /* 1.21e9 markers live over 14 days */
+    assert_int_equal(g.field_bytes, 9);    /* 90 - 24 = 66 bits -> 9 bytes */
     assert_true(g.selector_bits + 8 * g.field_bytes >= g.required_bits);
     assert_true(g.false_dup < 1e-9);
     assert_true(g.bucket_mean <= c.done_bucket_target);
@@ -117,7 +119,7 @@ static void pinned_selector_bits_override_the_rate(void **state)
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
     assert_int_equal(wxg__guard_geom_stamp(&g, s2, sizeof s2), 0);
     assert_string_equal(s1, s2);
-    assert_string_equal(s1, "v1 shard=4 sel=14 field=10 width=86400000");
+    assert_string_equal(s1, "v3 shard=4 sel=14 field=10 width=604800000");
 }
 
 static int name_is_safe(const char *s, size_t n, const char *prefix)
@@ -179,6 +181,7 @@ static void record_and_buckets_of_a_message_share_one_hash_tag(void **state)
     (void)state;
     wxg_guard_conf_t c;
     wxg_guard_conf_init(&c);
+    c.done_selector_bits = 21;
     wxg__guard_geom_t g;
     char err[256];
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);

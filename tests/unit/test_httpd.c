@@ -1,6 +1,8 @@
 /* Unit tests for lib/httpd.c: a server on 127.0.0.1 port 0 answers /metrics, /healthz and
  * /readyz (both ways) to a plain socket client, refuses other paths and methods, and reports
- * the port it bound. Loopback only; no external server is needed. */
+ * the port it bound; application routes get the whole request, and the body cap and the
+ * in-flight limit are enforced before the handler runs. Loopback only; no external server is
+ * needed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -20,6 +22,7 @@
 #include "wxguard/httpd.h"
 #include "wxguard/metrics.h"
 #include "testenv.h"
+#include "testhttp.h"
 
 typedef struct response {
     int status;
@@ -222,6 +225,227 @@ static void concurrent_scrapes_while_counting_all_succeed(void **state)
     wxg_metrics_free(reg);
 }
 
+/* ---- application routes ---- */
+
+typedef struct app {
+    atomic_int calls;
+    atomic_int entered;  /* handler calls that have started */
+    atomic_int released; /* the blocking handler may return */
+} app;
+
+/* Echoes the request: "<method> <path> q=<q> h=<X-Test> len=<n>\n<body>". A request to
+ * /app/block waits (bounded) until the test releases it. */
+static void echo_handler(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *resp)
+{
+    app *a = opaque;
+    atomic_fetch_add(&a->calls, 1);
+    atomic_fetch_add(&a->entered, 1);
+    if (strcmp(wxg_httpd_req_path(req), "/app/block") == 0) {
+        for (int i = 0; i < 1000 && !atomic_load(&a->released); i++)
+            wxg_test_sleep_ms(10);
+    }
+    size_t len = 0;
+    const char *body = wxg_httpd_req_body(req, &len);
+    const char *q = wxg_httpd_req_query(req, "q");
+    const char *x = wxg_httpd_req_header(req, "x-test");
+    char head[512];
+    int n = snprintf(head, sizeof head, "%s %s q=%s h=%s len=%zu\n", wxg_httpd_req_method(req),
+                     wxg_httpd_req_path(req), q ? q : "-", x ? x : "-", len);
+    char *out = malloc((size_t)n + len);
+    assert_non_null(out);
+    memcpy(out, head, (size_t)n);
+    memcpy(out + n, body, len);
+    assert_int_equal(wxg_httpd_resp_set(resp, 201, "application/x-echo", out, (size_t)n + len), 0);
+    free(out);
+    assert_int_equal(wxg_httpd_resp_header(resp, "X-Echo", "yes"), 0);
+    assert_int_equal(wxg_httpd_resp_header(resp, "X-Bad", "a\r\nInjected: 1"), -2 /* EINVAL */);
+}
+
+static wxg_httpd_t *start_app(app *a, wxg_metrics_t *reg, size_t max_body, unsigned inflight)
+{
+    char err[256] = "";
+    wxg_httpd_opts_t o = {.listen = "127.0.0.1:0",
+                          .metrics = reg,
+                          .handler = echo_handler,
+                          .handler_opaque = a,
+                          .handler_prefix = "/app/",
+                          .max_body = max_body,
+                          .max_inflight = inflight};
+    wxg_httpd_t *h = wxg_httpd_start_opts(&o, err, sizeof err);
+    if (h == NULL)
+        fail_msg("wxg_httpd_start_opts: %s", err);
+    return h;
+}
+
+static void app_routes_get_method_path_query_headers_and_exact_body(void **state)
+{
+    (void)state;
+    app a = {0};
+    wxg_metrics_t *reg = wxg_metrics_new();
+    wxg_httpd_t *h = start_app(&a, reg, 1024, 4);
+    int port = wxg_httpd_port(h);
+    wxg_test_http_resp_t r;
+    static const char body[] = "a\0b{\"x\":1}";
+    assert_int_equal(wxg_test_http(port, "POST", "/app/x?q=hello%20w", "X-Test: 42\r\n", body,
+                                   sizeof body - 1, &r),
+                     0);
+    assert_int_equal(r.status, 201);
+    char v[64];
+    assert_string_equal(wxg_test_http_header(&r, "X-Echo", v, sizeof v), "yes");
+    assert_string_equal(wxg_test_http_header(&r, "Content-Type", v, sizeof v),
+                        "application/x-echo");
+    assert_null(wxg_test_http_header(&r, "X-Bad", v, sizeof v));
+    static const char want[] = "POST /app/x q=hello w h=42 len=10\na\0b{\"x\":1}";
+    assert_int_equal(r.body_len, sizeof want - 1);
+    assert_memory_equal(r.body, want, sizeof want - 1);
+    wxg_test_http_free(&r);
+
+    /* A GET without a body reaches the handler with an empty one. */
+    assert_int_equal(wxg_test_http(port, "GET", "/app/", NULL, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 201);
+    assert_string_equal(r.body, "GET /app/ q=- h=- len=0\n");
+    wxg_test_http_free(&r);
+
+    /* Built-in paths still answer beside the routes; other paths are 404. */
+    assert_int_equal(wxg_test_http(port, "GET", "/healthz", NULL, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 200);
+    wxg_test_http_free(&r);
+    assert_int_equal(wxg_test_http(port, "GET", "/ap", NULL, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 404);
+    wxg_test_http_free(&r);
+    assert_int_equal(atomic_load(&a.calls), 2);
+    wxg_httpd_stop(h);
+    wxg_metrics_free(reg);
+}
+
+static void bodies_over_the_cap_get_413_by_declared_and_by_streamed_size(void **state)
+{
+    (void)state;
+    app a = {0};
+    wxg_metrics_t *reg = wxg_metrics_new();
+    wxg_httpd_t *h = start_app(&a, reg, 1024, 4);
+    int port = wxg_httpd_port(h);
+    wxg_test_http_resp_t r;
+    char *big = malloc(4096);
+    assert_non_null(big);
+    memset(big, 'x', 4096);
+
+    /* Exactly the cap is accepted. */
+    assert_int_equal(wxg_test_http(port, "POST", "/app/x", NULL, big, 1024, &r), 0);
+    assert_int_equal(r.status, 201);
+    assert_non_null(strstr(r.body, "len=1024\n"));
+    wxg_test_http_free(&r);
+
+    /* One byte more, declared by Content-Length. */
+    assert_int_equal(wxg_test_http(port, "POST", "/app/x", NULL, big, 1025, &r), 0);
+    assert_int_equal(r.status, 413);
+    wxg_test_http_free(&r);
+
+    /* Chunked: no length declared, 3 x 500 bytes arrive. */
+    char raw[2048];
+    int n = snprintf(raw, sizeof raw,
+                     "POST /app/x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 3; i++) {
+        n += snprintf(raw + n, sizeof raw - (size_t)n, "1f4\r\n");
+        memset(raw + n, 'y', 500);
+        n += 500;
+        n += snprintf(raw + n, sizeof raw - (size_t)n, "\r\n");
+    }
+    assert_true((size_t)n + 5 < sizeof raw + 1024); /* fits: checked by snprintf bounds */
+    char *req = malloc((size_t)n + 8);
+    assert_non_null(req);
+    memcpy(req, raw, (size_t)n);
+    memcpy(req + n, "0\r\n\r\n", 5);
+    assert_int_equal(wxg_test_http_raw(port, req, (size_t)n + 5, &r), 0);
+    assert_int_equal(r.status, 413);
+    wxg_test_http_free(&r);
+    free(req);
+    assert_int_equal(atomic_load(&a.calls), 1); /* the handler saw only the first request */
+
+    /* Both refusals are counted. */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(wxg_metrics_render(reg, &text, &len), 0);
+    assert_non_null(strstr(text, "wxg_httpd_refused_total{reason=\"too_large\"} 2\n"));
+    free(text);
+    free(big);
+    wxg_httpd_stop(h);
+    wxg_metrics_free(reg);
+}
+
+typedef struct blocked_req {
+    int port;
+    int status;
+} blocked_req;
+
+static void *send_blocking(void *arg)
+{
+    blocked_req *b = arg;
+    wxg_test_http_resp_t r;
+    b->status = wxg_test_http(b->port, "POST", "/app/block", NULL, "1", 1, &r) == 0 ? r.status : -1;
+    wxg_test_http_free(&r);
+    return NULL;
+}
+
+static void a_request_over_the_inflight_limit_gets_503_with_retry_after(void **state)
+{
+    (void)state;
+    app a = {0};
+    wxg_metrics_t *reg = wxg_metrics_new();
+    wxg_httpd_t *h = start_app(&a, reg, 1024, 1);
+    int port = wxg_httpd_port(h);
+    blocked_req b = {.port = port, .status = 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, send_blocking, &b), 0);
+    for (int i = 0; i < 500 * wxg_test_scale() && atomic_load(&a.entered) == 0; i++)
+        wxg_test_sleep_ms(10);
+    assert_int_equal(atomic_load(&a.entered), 1);
+
+    wxg_test_http_resp_t r;
+    assert_int_equal(wxg_test_http(port, "POST", "/app/x", NULL, "2", 1, &r), 0);
+    assert_int_equal(r.status, 503);
+    char v[32];
+    assert_string_equal(wxg_test_http_header(&r, "Retry-After", v, sizeof v), "1");
+    wxg_test_http_free(&r);
+    /* Built-in paths are not limited. */
+    assert_int_equal(wxg_test_http(port, "GET", "/healthz", NULL, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 200);
+    wxg_test_http_free(&r);
+
+    atomic_store(&a.released, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(b.status, 201);
+    /* The slot is free again once the first request completed. */
+    int status = 0;
+    for (int i = 0; i < 100 && status != 201; i++) {
+        assert_int_equal(wxg_test_http(port, "POST", "/app/x", NULL, "3", 1, &r), 0);
+        status = r.status;
+        wxg_test_http_free(&r);
+        if (status != 201)
+            wxg_test_sleep_ms(10);
+    }
+    assert_int_equal(status, 201);
+    assert_int_equal(atomic_load(&a.calls), 2);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(wxg_metrics_render(reg, &text, &len), 0);
+    assert_non_null(strstr(text, "wxg_httpd_refused_total{reason=\"busy\"} 1\n"));
+    free(text);
+    wxg_httpd_stop(h);
+    wxg_metrics_free(reg);
+}
+
+static void a_handler_without_a_path_prefix_is_refused(void **state)
+{
+    (void)state;
+    app a = {0};
+    char err[256] = "";
+    wxg_httpd_opts_t o = {.listen = "127.0.0.1:0", .handler = echo_handler, .handler_opaque = &a};
+    assert_null(wxg_httpd_start_opts(&o, err, sizeof err));
+    assert_non_null(strstr(err, "prefix"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +453,10 @@ int main(void)
         cmocka_unit_test(without_callback_or_registry_it_is_ready_and_empty),
         cmocka_unit_test(bad_or_busy_addresses_are_refused_with_a_reason),
         cmocka_unit_test(concurrent_scrapes_while_counting_all_succeed),
+        cmocka_unit_test(app_routes_get_method_path_query_headers_and_exact_body),
+        cmocka_unit_test(bodies_over_the_cap_get_413_by_declared_and_by_streamed_size),
+        cmocka_unit_test(a_request_over_the_inflight_limit_gets_503_with_retry_after),
+        cmocka_unit_test(a_handler_without_a_path_prefix_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

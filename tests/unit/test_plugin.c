@@ -720,12 +720,14 @@ static void concurrent_appends_from_processes_and_threads_give_whole_lines(void 
         pids[p] = fork();
         assert_true(pids[p] >= 0);
         if (pids[p] == 0) {
-            /* Each child is a replica: its own chain on the same file. */
+            /* Each child is a replica: its own chain on the same file. Half of them also take
+             * the flock, which must mix safely with plain O_APPEND writers. */
             wxg_plugin_kv_t conf[] = {{"plugin.record.path", path},
-                                      {"plugin.record.include.content", "true"}};
+                                      {"plugin.record.include.content", "true"},
+                                      {"plugin.record.lock", p % 2 ? "true" : "false"}};
             wxg_plugin_chain_t *chain = NULL;
             char err[512];
-            if (wxg_plugin_chain_new("record", conf, 2, &chain, err, sizeof err) != 0)
+            if (wxg_plugin_chain_new("record", conf, 3, &chain, err, sizeof err) != 0)
                 _exit(2);
             pthread_t t[THREADS_PER];
             writer_arg a[THREADS_PER];

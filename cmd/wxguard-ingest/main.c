@@ -1,0 +1,190 @@
+/*
+ * wxguard-ingest: the webhook receiver. WeChat gateway callbacks over HTTP in, Kafka records out.
+ *
+ *   wxguard-ingest --config FILE [--set key=value]... [--print-config]
+ *
+ * Reads the configuration (file, WXG_* environment, --set flags; see docs/configuration.md),
+ * serves POST /v1/callback/{wkteam,gewe,oa,generic,auto}[/{account}] (and the Official Account's
+ * GET URL verification) with /healthz, /readyz and /metrics on ingest.listen, and runs until
+ * SIGTERM or SIGINT. A stop finishes the requests in progress (each within its produce budget)
+ * and flushes the producer. When metrics.listen is set, /metrics, /healthz and /readyz are served
+ * there too (e.g. on an address that only the monitoring network reaches).
+ *
+ * Exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, 3 start-up failure
+ * (the address cannot be bound, Kafka settings refused).
+ */
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wxguard/conf.h"
+#include "wxguard/httpd.h"
+#include "wxguard/ingest.h"
+#include "wxguard/log.h"
+#include "wxguard/metrics.h"
+
+#define EXIT_FATAL   1
+#define EXIT_USAGE   2
+#define EXIT_STARTUP 3
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: wxguard-ingest --config FILE [--set key=value]... [--print-config]\n"
+            "       wxguard-ingest --help | --version\n\n"
+            "  -c, --config FILE    properties file (key = value lines, # comments)\n"
+            "  -s, --set K=V        override one key (repeatable; wins over file and env)\n"
+            "  -p, --print-config   print the effective configuration (secrets as ***), exit\n"
+            "  -h, --help           this text\n"
+            "  -V, --version        print the version\n\n"
+            "Endpoints on ingest.listen:\n"
+            "  POST /v1/callback/{wkteam|gewe|oa|generic|auto}[/{account}]  store a callback\n"
+            "  GET  /v1/callback/oa?signature=&timestamp=&nonce=&echostr=   URL verification\n"
+            "  GET  /healthz  /readyz  /metrics\n"
+            "200 only after Kafka acknowledged the raw body; 503 (retry) when it did not within\n"
+            "ingest.produce.timeout.ms; 400/401/404/405/413 as docs/ingest.md describes.\n\n"
+            "Every key may also come from the environment as WXG_<KEY> (upper case, '.' as "
+            "'_'),\ne.g. WXG_KAFKA_BOOTSTRAP_SERVERS. kafka.* keys go to librdkafka as they are.\n"
+            "exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, "
+            "3 start-up failure\n");
+}
+
+static const char *nonempty(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+static void setup_log(const wxg_conf_t *conf)
+{
+    wxg_log_level_t lvl;
+    if (wxg_log_level_parse(wxg_conf_get(conf, "log.level"), &lvl) == 0)
+        wxg_log_set_level(lvl);
+    wxg_log_format_t fmt;
+    if (wxg_log_format_parse(wxg_conf_get(conf, "log.format"), &fmt) == 0)
+        wxg_log_set_format(fmt);
+    wxg_log_set_field_max((size_t)wxg_conf_int(conf, "log.field.max.bytes"));
+    wxg_log_set_personal_ids(wxg_conf_bool(conf, "log.personal.ids"));
+    wxg_log_set_content(wxg_conf_bool(conf, "log.content"));
+    wxg_log_set_id_salt(nonempty(wxg_conf_get(conf, "log.id.salt")));
+}
+
+static int ready_cb(void *opaque, char *reason, size_t size)
+{
+    return wxg_ingest_ready(opaque, reason, size);
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL;
+    int print_config = 0;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    size_t nsets = 0;
+    if (!sets)
+        return EXIT_FATAL;
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 's'},
+        {"print-config", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "c:s:phV", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            config = optarg;
+            break;
+        case 's':
+            sets[nsets++] = optarg;
+            break;
+        case 'p':
+            print_config = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            free(sets);
+            return 0;
+        case 'V':
+            printf("wxguard-ingest %s (librdkafka %s)\n", WXG_VERSION_STRING,
+                   rd_kafka_version_str());
+            free(sets);
+            return 0;
+        default:
+            usage(stderr);
+            free(sets);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "wxguard-ingest: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        free(sets);
+        return EXIT_USAGE;
+    }
+
+    char err[512] = "";
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, config, NULL, sets, nsets, err, sizeof err);
+    free(sets);
+    if (!conf) {
+        fprintf(stderr, "wxguard-ingest: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (print_config) {
+        int rc = wxg_conf_print(conf, stdout);
+        wxg_conf_free(conf);
+        return rc == 0 ? 0 : EXIT_FATAL;
+    }
+    setup_log(conf);
+    for (size_t i = 0; i < wxg_conf_warning_count(conf); i++)
+        wxg_log(WXG_LOG_WARN, "config_warning", WXG_LS("detail", wxg_conf_warning(conf, i)));
+
+    /* Signals are taken by sigwait() on this thread; every thread started from here on inherits
+     * the mask, so none of them is interrupted by a stop request. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = EXIT_STARTUP;
+    wxg_httpd_t *ops = NULL;
+    wxg_ingest_t *in = NULL;
+    wxg_metrics_t *metrics = wxg_metrics_new();
+    if (!metrics) {
+        fprintf(stderr, "wxguard-ingest: out of memory\n");
+        status = EXIT_FATAL;
+        goto out;
+    }
+    in = wxg_ingest_new(conf, metrics, err, sizeof err);
+    if (!in) {
+        wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));
+        goto out;
+    }
+    const char *ops_listen = nonempty(wxg_conf_get(conf, "metrics.listen"));
+    if (ops_listen) {
+        ops = wxg_httpd_start(ops_listen, metrics, ready_cb, in, err, sizeof err);
+        if (!ops) {
+            wxg_log(WXG_LOG_ERROR, "metrics_listen_failed", WXG_LS("reason", err));
+            goto out;
+        }
+    }
+    /* One line a supervisor or a test can wait for. */
+    printf("wxguard-ingest listening on port %d\n", wxg_ingest_port(in));
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    wxg_log(WXG_LOG_INFO, "stopping", WXG_LI("signal", sig));
+    status = 0;
+
+out:
+    wxg_httpd_stop(ops); /* first: it renders the registry the receiver hooks into */
+    wxg_ingest_destroy(in);
+    wxg_metrics_free(metrics);
+    wxg_conf_free(conf);
+    if (status == 0)
+        wxg_log(WXG_LOG_INFO, "stopped");
+    return status;
+}

@@ -1,0 +1,99 @@
+/*
+ * The webhook receiver: WeChat gateway callbacks over HTTP in, Kafka records out.
+ *
+ * Endpoints (on ingest.listen, beside /metrics, /healthz and /readyz):
+ *   POST /v1/callback/{format}            format: wkteam, gewe, oa, generic, auto
+ *   POST /v1/callback/{format}/{account}  the same, and every message must belong to {account}
+ *   GET  /v1/callback/oa[/{account}]      the Official Account URL verification: answers echostr
+ *
+ * A callback is answered 200 (body "success" for the Official Account, "ok" otherwise) only after
+ * Kafka acknowledged the record (idempotent producer, acks=all), within ingest.produce.timeout.ms.
+ * The record's value is the request body, byte for byte: never re-serialised, so ids keep every
+ * digit. Its key is "<account>:<conversation>" of the first message the body decodes to (a batched
+ * sync callback carries several; all of one batch come from one bot, and a gateway batches per
+ * push, so the first conversation keeps a retried batch on one partition). Its headers are
+ * WXG_INGEST_HDR_*. Other answers:
+ *   400  the body does not decode (the body says why: the WXG_E* name and a reason), an Official
+ *        Account push sent to another endpoint than oa, or a message of another account than the
+ *        one in the path;
+ *   401  a bad Official Account signature, or a missing or bad X-Wxg-Signature when
+ *        ingest.hmac.secret is set (every endpoint except oa);
+ *   404  an unknown path or format, or the oa endpoint while ingest.oa.token is empty;
+ *   405  another method (Allow names the right ones);
+ *   413  a body over ingest.max.body.bytes (declared or streamed), or larger than Kafka accepts;
+ *   503  Kafka did not acknowledge within the budget or refused the record, or
+ *        ingest.concurrency requests are already in progress (Retry-After: 1). The gateway
+ *        retries; a record that reached Kafka after all is a duplicate the consumer's guard drops.
+ * Every answer carries X-Request-Id (the client's, when it sent a sane one, else a new one), which
+ * is also the record's request-id header and appears in the log lines of the request.
+ *
+ * Readiness (/readyz): ready when the producer has a connection up to at least one broker.
+ *
+ * Threads: wxg_ingest_new() and wxg_ingest_destroy() on one thread (the main thread). Requests are
+ * served on connection threads; every other function may be called from any thread.
+ */
+#ifndef WXGUARD_INGEST_H
+#define WXGUARD_INGEST_H
+
+#include <stddef.h>
+
+#include "wxguard/common.h"
+#include "wxguard/conf.h"
+#include "wxguard/metrics.h"
+
+/* Record header names. Values are text. */
+#define WXG_INGEST_HDR_FORMAT     "wxg-format"  /* the decoded format, e.g. "oa-xml" */
+#define WXG_INGEST_HDR_ACCOUNT    "wxg-account" /* the first message's account ("" for a probe) */
+#define WXG_INGEST_HDR_RECEIVED   "wxg-received-ms" /* wall clock, ms since the epoch (UTC) */
+#define WXG_INGEST_HDR_REQUEST_ID "wxg-request-id"
+
+/* Every callback path starts with this. */
+#define WXG_INGEST_PATH_PREFIX "/v1/callback/"
+
+/* The gateway HMAC header: "sha256=" followed by 64 hex digits. */
+#define WXG_INGEST_HMAC_HEADER "X-Wxg-Signature"
+
+typedef struct wxg_ingest_s wxg_ingest_t;
+
+/* Starts the receiver from the ingest.* and kafka.* keys of `conf` (read during the call only):
+ * creates the producer and starts serving on ingest.listen. Kafka need not be reachable yet
+ * (requests get 503 and /readyz says not ready until it is). `metrics` (may be NULL) receives
+ * the wxg_ingest_* series and a collect hook: it must outlive the receiver and must not be
+ * rendered any more once wxg_ingest_destroy() has begun (stop other servers of it first). Returns
+ * NULL with the reason in errstr when the address cannot be bound or the Kafka settings are
+ * refused. Main thread. */
+WXG_EXPORT wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics,
+                                        char *errstr, size_t errstr_size);
+
+/* The TCP port served (useful with port 0 in ingest.listen). */
+WXG_EXPORT int wxg_ingest_port(const wxg_ingest_t *in);
+
+/* 1 when ready (a broker connection is up), 0 otherwise; a one-line reason goes to `reason`
+ * (may be NULL). Lock-free, never blocks; any thread. */
+WXG_EXPORT int wxg_ingest_ready(const wxg_ingest_t *in, char *reason, size_t reason_size);
+
+/* Stops serving (requests in progress are finished first, each within its budget), flushes the
+ * producer within the produce timeout and frees everything. Accepts NULL. Main thread. */
+WXG_EXPORT void wxg_ingest_destroy(wxg_ingest_t *in);
+
+/* The Official Account signature: the lower-case hex SHA-1 of the concatenation of token,
+ * timestamp and nonce sorted as byte strings. `out` receives 40 hex digits and a NUL. Returns 0,
+ * or WXG_EINVAL for a NULL argument or a part longer than 256 bytes. Pure; any thread. */
+WXG_EXPORT int wxg_ingest_oa_signature(const char *token, const char *timestamp, const char *nonce,
+                                       char out[41]);
+
+/* Checks `signature` (hex, any case) against the expected one in constant time. 0 when it
+ * matches, WXG_EAUTH when it does not or a part is missing or malformed. Pure; any thread. */
+WXG_EXPORT int wxg_ingest_oa_verify(const char *token, const char *timestamp, const char *nonce,
+                                    const char *signature);
+
+/* The gateway HMAC header value for `body`: "sha256=" and the lower-case hex HMAC-SHA256 of the
+ * body under `secret` (71 bytes with the NUL). 0 or WXG_EINVAL. Pure; any thread. */
+WXG_EXPORT int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t len, char out[72]);
+
+/* Checks a header value of the form above in constant time (the hex digits in any case). 0 when
+ * it matches, WXG_EAUTH otherwise (also when `header` is NULL or malformed). */
+WXG_EXPORT int wxg_ingest_hmac_verify(const char *secret, const void *body, size_t len,
+                                      const char *header);
+
+#endif /* WXGUARD_INGEST_H */

@@ -1,0 +1,715 @@
+/*
+ * DESIGN: the webhook receiver (wxguard-ingest's engine).
+ *
+ * Purpose: take a gateway's callback over HTTP and make it durable in Kafka before saying so.
+ * The HTTP side is lib/httpd.c (libmicrohttpd): it reads the body under the size cap and keeps
+ * the number of requests in progress under ingest.concurrency, then calls handle() with the whole
+ * request. handle() authenticates (Official Account signature or gateway HMAC), decodes the body
+ * with wxg_decode() only to learn the account and conversation (the key) and to refuse what the
+ * consumer could never use, then produces the ORIGINAL bytes and waits for the delivery report.
+ * Decoding at the edge is cheap (the decoder is pure) and turns a malformed callback into a 400
+ * the gateway can see, instead of a dead-letter record nobody reads.
+ *
+ * Answering only after the delivery report is what lets a gateway treat 200 as "stored": a 503
+ * (budget exceeded, broker down, record refused) makes it retry. A record whose report came after
+ * the budget may still land, so a retry can store a message twice; both copies share the key and
+ * so the partition, and the consumer's idempotency guard lets one of them take effect.
+ *
+ * Threads: every request runs on its connection's thread (httpd's thread-per-connection mode),
+ * up to ingest.concurrency at once. This module's state after start-up is read-only except the
+ * metrics (atomics), the request-id counter (an atomic) and the lazily registered per-status
+ * counters (atomic pointers; registering twice returns the same series, so a race is harmless).
+ * The producer is shared and thread-safe; its own thread serves delivery reports.
+ *
+ * Failure modes: Kafka down or slow -> 503 within the budget, /readyz not ready; an allocation
+ * failure -> 500; configuration refused by librdkafka -> wxg_ingest_new fails naming it. No log
+ * line at info or above carries message content or personal ids (accounts are hashed by the log
+ * module unless the operator asks for them).
+ */
+#include "wxguard/ingest.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <librdkafka/rdkafka.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "wxguard/dlq.h"
+#include "wxguard/err.h"
+#include "wxguard/httpd.h"
+#include "wxguard/log.h"
+#include "wxguard/msg.h"
+
+#define SIG_PART_MAX   256 /* bytes of token, timestamp or nonce */
+#define ACCOUNT_MAX    128 /* bytes of the {account} path segment */
+#define REQUEST_ID_MAX 64
+#define ECHOSTR_MAX    512
+
+/* Endpoints, also the label values of the request counter. */
+enum endpoint { EP_WKTEAM = 0, EP_GEWE, EP_OA, EP_GENERIC, EP_AUTO, EP_OTHER, EP_COUNT };
+static const char *const ep_names[EP_COUNT] = {"wkteam", "gewe", "oa", "generic", "auto", "other"};
+
+/* Statuses counted per endpoint. */
+static const unsigned statuses[] = {200, 400, 401, 404, 405, 413, 500, 503};
+#define NSTATUS (sizeof statuses / sizeof statuses[0])
+
+struct wxg_ingest_s {
+    wxg_httpd_t *httpd;
+    wxg_producer_t *producer;
+    wxg_metrics_t *metrics;
+    char *topic;
+    char *oa_token;    /* NULL: the oa endpoint is off */
+    char *hmac_secret; /* NULL: no gateway HMAC */
+    size_t max_body;
+    int budget_ms;
+    uint64_t rid_base; /* random, so request ids of two processes differ */
+    atomic_uint_fast64_t rid_next;
+    _Atomic(wxg_metric_t *) requests[EP_COUNT][NSTATUS];
+    wxg_metric_t *produce_seconds;
+    wxg_metric_t *bytes;
+};
+
+static void errf(char *errstr, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void errf(char *errstr, size_t size, const char *fmt, ...)
+{
+    if (errstr == NULL || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, size, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void to_hex(const unsigned char *in, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[in[i] >> 4];
+        out[2 * i + 1] = hex[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* Constant-time comparison of `want` (lower-case hex, n digits) with `got` in any case. */
+static int hex_equal(const char *want, const char *got, size_t n)
+{
+    char low[129];
+    if (n >= sizeof low || strlen(got) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)tolower((unsigned char)got[i]);
+    return CRYPTO_memcmp(want, low, n) == 0;
+}
+
+/* ---- signatures ---------------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int wxg_ingest_oa_signature(const char *token, const char *timestamp, const char *nonce,
+                            char out[41])
+{
+    const char *parts[3] = {token, timestamp, nonce};
+    char buf[3 * SIG_PART_MAX + 1];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    size_t len = 0;
+    if (out == NULL)
+        return WXG_EINVAL;
+    for (int i = 0; i < 3; i++) {
+        if (parts[i] == NULL || strlen(parts[i]) > SIG_PART_MAX)
+            return WXG_EINVAL;
+    }
+    qsort(parts, 3, sizeof parts[0], cmp_str);
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(parts[i]);
+        memcpy(buf + len, parts[i], n);
+        len += n;
+    }
+    if (EVP_Digest(buf, len, md, &mdlen, EVP_sha1(), NULL) != 1 || mdlen != 20)
+        return WXG_ENOMEM;
+    to_hex(md, 20, out);
+    return 0;
+}
+
+int wxg_ingest_oa_verify(const char *token, const char *timestamp, const char *nonce,
+                         const char *signature)
+{
+    char want[41];
+    if (signature == NULL || token == NULL || token[0] == '\0' || timestamp == NULL ||
+        timestamp[0] == '\0' || nonce == NULL || nonce[0] == '\0')
+        return WXG_EAUTH;
+    if (wxg_ingest_oa_signature(token, timestamp, nonce, want) != 0)
+        return WXG_EAUTH;
+    return hex_equal(want, signature, 40) ? 0 : WXG_EAUTH;
+}
+
+int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t len, char out[72])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    static const unsigned char nothing[1];
+    if (secret == NULL || out == NULL || (body == NULL && len > 0))
+        return WXG_EINVAL;
+    if (HMAC(EVP_sha256(), secret, (int)strlen(secret), body != NULL ? body : nothing, len, md,
+             &mdlen) == NULL ||
+        mdlen != 32)
+        return WXG_ENOMEM;
+    memcpy(out, "sha256=", 7);
+    to_hex(md, 32, out + 7);
+    return 0;
+}
+
+int wxg_ingest_hmac_verify(const char *secret, const void *body, size_t len, const char *header)
+{
+    char want[72];
+    if (header == NULL || strncasecmp(header, "sha256=", 7) != 0)
+        return WXG_EAUTH;
+    if (wxg_ingest_hmac_sign(secret, body, len, want) != 0)
+        return WXG_EAUTH;
+    return hex_equal(want + 7, header + 7, 64) ? 0 : WXG_EAUTH;
+}
+
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+static void count(wxg_ingest_t *in, enum endpoint ep, unsigned status)
+{
+    size_t si = NSTATUS;
+    for (size_t i = 0; i < NSTATUS; i++) {
+        if (statuses[i] == status)
+            si = i;
+    }
+    if (in->metrics == NULL || si == NSTATUS)
+        return;
+    wxg_metric_t *m = atomic_load(&in->requests[ep][si]);
+    if (m == NULL) {
+        char st[8];
+        snprintf(st, sizeof st, "%u", status);
+        m = wxg_metrics_counter(in->metrics, "wxg_ingest_requests_total",
+                                "Callback requests answered, by endpoint and HTTP status.",
+                                "endpoint", ep_names[ep], "status", st, NULL);
+        atomic_store(&in->requests[ep][si], m);
+    }
+    wxg_counter_inc(m);
+}
+
+static void collect(void *opaque, wxg_metrics_t *reg)
+{
+    wxg_ingest_t *in = opaque;
+    wxg_gauge_set(wxg_metrics_gauge(reg, "wxg_ingest_kafka_brokers_up",
+                                    "Kafka brokers the producer is connected to (-1: unknown yet).",
+                                    NULL),
+                  wxg_producer_brokers_up(in->producer));
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+/* One request's facts, for the answer and the log line. */
+typedef struct reqinfo {
+    enum endpoint ep;
+    char request_id[REQUEST_ID_MAX + 1];
+    const char *outcome; /* a short word for the log */
+} reqinfo;
+
+static int sane_id(const char *s, size_t max)
+{
+    size_t n = 0;
+    for (; s[n] != '\0'; n++) {
+        unsigned char c = (unsigned char)s[n];
+        if (n >= max || !(isalnum(c) || c == '-' || c == '_' || c == '.' || c == '@'))
+            return 0;
+    }
+    return n > 0;
+}
+
+/* Sets the answer to exactly `len` bytes of text; every answer carries the request id. */
+static void answer_raw(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, unsigned status,
+                       const char *text, size_t len)
+{
+    if (wxg_httpd_resp_set(resp, status, "text/plain; charset=utf-8", text, len) != 0)
+        status = resp->status = 500;
+    wxg_httpd_resp_header(resp, "X-Request-Id", ri->request_id);
+    if (status == 503)
+        wxg_httpd_resp_header(resp, "Retry-After", "1");
+    count(in, ri->ep, status);
+}
+
+/* Sets a text answer "<text>\n" (cut at 1 KiB). */
+static void answer(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, unsigned status,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void answer(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, unsigned status,
+                   const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof text - 2)
+        n = (int)sizeof text - 2;
+    text[n++] = '\n';
+    answer_raw(in, ri, resp, status, text, (size_t)n);
+}
+
+/* The success answer: exactly "success" for the Official Account (its servers compare the body),
+ * "ok" otherwise. */
+static void answer_ok(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp)
+{
+    const char *t = ri->ep == EP_OA ? "success" : "ok";
+    answer_raw(in, ri, resp, 200, t, strlen(t));
+}
+
+/* Splits "{format}[/{account}]" after the prefix. Returns 0, or -1 for an unknown shape. */
+static int parse_route(const char *rest, enum endpoint *ep, wxg_format_t *fmt, char *account,
+                       size_t account_size)
+{
+    char name[32];
+    const char *slash = strchr(rest, '/');
+    size_t nl = slash != NULL ? (size_t)(slash - rest) : strlen(rest);
+    if (nl == 0 || nl >= sizeof name)
+        return -1;
+    memcpy(name, rest, nl);
+    name[nl] = '\0';
+    account[0] = '\0';
+    if (slash != NULL) {
+        const char *a = slash + 1;
+        if (strlen(a) >= account_size || !sane_id(a, ACCOUNT_MAX))
+            return -1;
+        snprintf(account, account_size, "%s", a);
+    }
+    static const struct {
+        const char *name;
+        enum endpoint ep;
+        wxg_format_t fmt;
+    } routes[] = {
+        {"wkteam", EP_WKTEAM, WXG_FORMAT_WKTEAM}, {"gewe", EP_GEWE, WXG_FORMAT_GEWE},
+        {"oa", EP_OA, WXG_FORMAT_OA_XML},         {"generic", EP_GENERIC, WXG_FORMAT_GENERIC},
+        {"auto", EP_AUTO, WXG_FORMAT_AUTO},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(name, routes[i].name) == 0) {
+            *ep = routes[i].ep;
+            *fmt = routes[i].fmt;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The Official Account may be set to push XML or JSON; the body says which. */
+static wxg_format_t sniff_oa(const char *body, size_t len)
+{
+    size_t i = 0;
+    if (len >= 3 && memcmp(body, "\xef\xbb\xbf", 3) == 0)
+        i = 3;
+    while (i < len && isspace((unsigned char)body[i]))
+        i++;
+    return i < len && body[i] == '<' ? WXG_FORMAT_OA_XML : WXG_FORMAT_OA_JSON;
+}
+
+static int is_oa(wxg_format_t f)
+{
+    return f == WXG_FORMAT_OA_XML || f == WXG_FORMAT_OA_JSON;
+}
+
+/* Decodes, checks the account, produces, and answers. */
+static void ingest_body(wxg_ingest_t *in, reqinfo *ri, wxg_format_t fmt, const char *path_account,
+                        const char *body, size_t len, int64_t t0, wxg_httpd_resp_t *resp)
+{
+    wxg_batch_t *batch = NULL;
+    char reason[512] = "";
+    char *key = NULL;
+    wxg_decode_opts_t opts = {.format = fmt, .max_bytes = in->max_body};
+    int rc = wxg_decode(body, len, &opts, &batch, reason, sizeof reason);
+    if (rc != 0) {
+        ri->outcome = "undecodable";
+        answer(in, ri, resp, 400, "%s: %s: %s", wxg_err_name(rc), wxg_strerror(rc), reason);
+        goto out;
+    }
+    size_t n = wxg_batch_count(batch);
+    if (n == 0) {
+        /* A batched callback with no messages: nothing to store, and nothing to retry. */
+        ri->outcome = "empty";
+        answer_ok(in, ri, resp);
+        goto out;
+    }
+    const wxg_msg_view_t *first = wxg_batch_msg(batch, 0);
+    if (ri->ep != EP_OA && is_oa(first->format)) {
+        /* Through another endpoint an Official Account push would skip its signature check. */
+        ri->outcome = "oa_elsewhere";
+        answer(in, ri, resp, 400,
+               "EFORMAT: Official Account pushes are accepted only on " WXG_INGEST_PATH_PREFIX
+               "oa, where their signature is checked");
+        goto out;
+    }
+    if (path_account[0] != '\0') {
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(wxg_batch_msg(batch, i)->account, path_account) != 0) {
+                ri->outcome = "account_mismatch";
+                answer(in, ri, resp, 400,
+                       "ENOACCOUNT: message %zu belongs to another account than the path names", i);
+                goto out;
+            }
+        }
+    }
+    size_t al = strlen(first->account), cl = strlen(first->conversation);
+    key = malloc(al + cl + 2);
+    if (key == NULL) {
+        ri->outcome = "nomem";
+        answer(in, ri, resp, 500, "out of memory");
+        goto out;
+    }
+    memcpy(key, first->account, al);
+    key[al] = ':';
+    memcpy(key + al + 1, first->conversation, cl + 1);
+
+    char received[24];
+    snprintf(received, sizeof received, "%" PRId64, wall_ms());
+    const char *fname = wxg_format_name(first->format);
+    wxg_kafka_header_t hdrs[] = {
+        {WXG_INGEST_HDR_FORMAT, fname, strlen(fname)},
+        {WXG_INGEST_HDR_ACCOUNT, first->account, al},
+        {WXG_INGEST_HDR_RECEIVED, received, strlen(received)},
+        {WXG_INGEST_HDR_REQUEST_ID, ri->request_id, strlen(ri->request_id)},
+    };
+    int64_t left = in->budget_ms - (mono_ms() - t0);
+    if (left < 1)
+        left = 1;
+    int64_t p0 = mono_ms();
+    wxg_delivery_t dr = {0};
+    rc = wxg_producer_send_within(in->producer, (int)left, in->topic, WXG_PARTITION_ANY, key,
+                                  al + cl + 1, body, len, hdrs, sizeof hdrs / sizeof hdrs[0], &dr,
+                                  reason, sizeof reason);
+    wxg_histogram_observe(in->produce_seconds, (double)(mono_ms() - p0) / 1000.0);
+    if (rc == 0) {
+        ri->outcome = "stored";
+        wxg_counter_add(in->bytes, len);
+        answer_ok(in, ri, resp);
+        wxg_log(WXG_LOG_DEBUG, "callback_stored", WXG_LS("request_id", ri->request_id),
+                WXG_LS("endpoint", ep_names[ri->ep]), WXG_LS("format", fname),
+                WXG_LID("account", first->account), WXG_LU("messages", n), WXG_LU("bytes", len),
+                WXG_LI("partition", dr.partition), WXG_LI("offset", dr.offset));
+    } else if (rc == WXG_ETOOBIG) {
+        ri->outcome = "kafka_too_big";
+        answer(in, ri, resp, 413, "ETOOBIG: Kafka refused a record of %zu bytes", len);
+    } else {
+        ri->outcome = "kafka_unavailable";
+        wxg_log(WXG_LOG_WARN, "produce_failed", WXG_LS("request_id", ri->request_id), WXG_LERR(rc),
+                WXG_LS("reason", reason));
+        answer(in, ri, resp, 503, "%s: Kafka did not store the callback in time; retry later",
+               wxg_err_name(rc));
+    }
+out:
+    free(key);
+    wxg_batch_free(batch);
+}
+
+static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *resp)
+{
+    wxg_ingest_t *in = opaque;
+    int64_t t0 = mono_ms();
+    reqinfo ri = {.ep = EP_OTHER, .outcome = "refused"};
+    char account[ACCOUNT_MAX + 1];
+    wxg_format_t fmt = WXG_FORMAT_AUTO;
+    const char *method = wxg_httpd_req_method(req);
+    const char *path = wxg_httpd_req_path(req);
+    size_t len = 0;
+    const char *body = wxg_httpd_req_body(req, &len);
+
+    const char *rid = wxg_httpd_req_header(req, "X-Request-Id");
+    if (rid != NULL && sane_id(rid, REQUEST_ID_MAX))
+        snprintf(ri.request_id, sizeof ri.request_id, "%s", rid);
+    else
+        snprintf(ri.request_id, sizeof ri.request_id, "%016" PRIx64 "-%" PRIx64, in->rid_base,
+                 (uint64_t)atomic_fetch_add(&in->rid_next, 1));
+
+    if (strncmp(path, WXG_INGEST_PATH_PREFIX, strlen(WXG_INGEST_PATH_PREFIX)) != 0 ||
+        parse_route(path + strlen(WXG_INGEST_PATH_PREFIX), &ri.ep, &fmt, account, sizeof account) !=
+            0) {
+        ri.ep = EP_OTHER;
+        answer(in, &ri, resp, 404,
+               "not found: callbacks go to " WXG_INGEST_PATH_PREFIX
+               "{wkteam,gewe,oa,generic,auto}[/{account}]");
+        goto out;
+    }
+    int is_get = strcmp(method, "GET") == 0;
+    if (strcmp(method, "POST") != 0 && !(is_get && ri.ep == EP_OA)) {
+        answer(in, &ri, resp, 405, "method not allowed");
+        wxg_httpd_resp_header(resp, "Allow", ri.ep == EP_OA ? "GET, POST" : "POST");
+        goto out;
+    }
+
+    if (ri.ep == EP_OA) {
+        if (in->oa_token == NULL) {
+            answer(in, &ri, resp, 404,
+                   "Official Account callbacks are off (ingest.oa.token is empty)");
+            goto out;
+        }
+        if (wxg_ingest_oa_verify(in->oa_token, wxg_httpd_req_query(req, "timestamp"),
+                                 wxg_httpd_req_query(req, "nonce"),
+                                 wxg_httpd_req_query(req, "signature")) != 0) {
+            ri.outcome = "bad_signature";
+            wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri.request_id),
+                    WXG_LS("endpoint", "oa"));
+            answer(in, &ri, resp, 401, "EAUTH: bad or missing Official Account signature");
+            goto out;
+        }
+        if (is_get) {
+            /* URL verification: echo echostr, exactly, once the signature proved the sender. */
+            const char *echo = wxg_httpd_req_query(req, "echostr");
+            if (echo == NULL || strlen(echo) > ECHOSTR_MAX) {
+                answer(in, &ri, resp, 400, "EINVAL: echostr missing or too long");
+                goto out;
+            }
+            ri.outcome = "verified";
+            answer_raw(in, &ri, resp, 200, echo, strlen(echo));
+            goto out;
+        }
+        fmt = sniff_oa(body, len);
+    } else if (in->hmac_secret != NULL &&
+               wxg_ingest_hmac_verify(in->hmac_secret, body, len,
+                                      wxg_httpd_req_header(req, WXG_INGEST_HMAC_HEADER)) != 0) {
+        ri.outcome = "bad_hmac";
+        wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri.request_id),
+                WXG_LS("endpoint", ep_names[ri.ep]));
+        answer(in, &ri, resp, 401, "EAUTH: bad or missing " WXG_INGEST_HMAC_HEADER);
+        goto out;
+    }
+    ingest_body(in, &ri, fmt, account, body, len, t0, resp);
+out:
+    wxg_log(WXG_LOG_DEBUG, "callback", WXG_LS("request_id", ri.request_id),
+            WXG_LS("endpoint", ep_names[ri.ep]), WXG_LU("status", resp->status),
+            WXG_LS("outcome", ri.outcome), WXG_LU("bytes", len), WXG_LI("ms", mono_ms() - t0));
+}
+
+static int ready_cb(void *opaque, char *reason, size_t size)
+{
+    return wxg_ingest_ready(opaque, reason, size);
+}
+
+int wxg_ingest_ready(const wxg_ingest_t *in, char *reason, size_t reason_size)
+{
+    int up = in != NULL ? wxg_producer_brokers_up(in->producer) : -1;
+    char tmp[8];
+    if (reason == NULL || reason_size == 0) {
+        reason = tmp;
+        reason_size = sizeof tmp;
+    }
+    if (up > 0) {
+        snprintf(reason, reason_size, "kafka: %d broker%s up", up, up == 1 ? "" : "s");
+        return 1;
+    }
+    snprintf(reason, reason_size, "%s",
+             up < 0 ? "kafka: no connection state yet" : "kafka: no broker reachable");
+    return 0;
+}
+
+/* ---- set-up -------------------------------------------------------------------------------- */
+
+/* The kafka.* settings that differ from librdkafka's defaults, i.e. the ones the operator set,
+ * as producer properties. The consumer's group.id is left out (a producer only warns about it). */
+static wxg_kafka_prop_t *kafka_props(const wxg_conf_t *conf, const char ***dump_out,
+                                     size_t *dump_cnt, size_t *n_out, char *errstr,
+                                     size_t errstr_size)
+{
+    wxg_kafka_prop_t *props = NULL;
+    rd_kafka_conf_t *def = NULL;
+    const char **ddump = NULL, **dump = NULL;
+    size_t dcnt = 0, cnt = 0, n = 0;
+    rd_kafka_conf_t *kc = wxg_conf_kafka(conf, errstr, errstr_size);
+    if (kc == NULL)
+        return NULL;
+    def = rd_kafka_conf_new();
+    if (def == NULL)
+        goto fail;
+    dump = rd_kafka_conf_dump(kc, &cnt);
+    ddump = rd_kafka_conf_dump(def, &dcnt);
+    props = calloc(cnt / 2 + 1, sizeof *props);
+    if (dump == NULL || ddump == NULL || props == NULL)
+        goto fail;
+    for (size_t i = 0; i + 1 < cnt; i += 2) {
+        int same = 0;
+        for (size_t j = 0; j + 1 < dcnt; j += 2) {
+            if (strcmp(dump[i], ddump[j]) == 0) {
+                same = strcmp(dump[i + 1], ddump[j + 1]) == 0;
+                break;
+            }
+        }
+        if (!same && strcmp(dump[i], "group.id") != 0)
+            props[n++] = (wxg_kafka_prop_t){dump[i], dump[i + 1]};
+    }
+    rd_kafka_conf_dump_free(ddump, dcnt);
+    rd_kafka_conf_destroy(def);
+    rd_kafka_conf_destroy(kc);
+    *dump_out = dump;
+    *dump_cnt = cnt;
+    *n_out = n;
+    return props;
+fail:
+    errf(errstr, errstr_size, "out of memory");
+    free(props);
+    if (ddump != NULL)
+        rd_kafka_conf_dump_free(ddump, dcnt);
+    if (dump != NULL)
+        rd_kafka_conf_dump_free(dump, cnt);
+    if (def != NULL)
+        rd_kafka_conf_destroy(def);
+    rd_kafka_conf_destroy(kc);
+    return NULL;
+}
+
+static char *dup_nonempty(const char *s, int *oom)
+{
+    if (s == NULL || s[0] == '\0')
+        return NULL;
+    char *d = strdup(s);
+    if (d == NULL)
+        *oom = 1;
+    return d;
+}
+
+static void wipe_free(char *s)
+{
+    if (s == NULL)
+        return;
+    OPENSSL_cleanse(s, strlen(s));
+    free(s);
+}
+
+wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, char *errstr,
+                             size_t errstr_size)
+{
+    int oom = 0;
+    const char **dump = NULL;
+    size_t dump_cnt = 0, nprops = 0;
+    wxg_kafka_prop_t *props = NULL, *all = NULL;
+    if (conf == NULL) {
+        errf(errstr, errstr_size, "invalid argument");
+        return NULL;
+    }
+    wxg_ingest_t *in = calloc(1, sizeof *in);
+    if (in == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    in->metrics = metrics;
+    in->max_body = (size_t)wxg_conf_int(conf, "ingest.max.body.bytes");
+    in->budget_ms = (int)wxg_conf_int(conf, "ingest.produce.timeout.ms");
+    in->topic = dup_nonempty(wxg_conf_get(conf, "ingest.topic"), &oom);
+    in->oa_token = dup_nonempty(wxg_conf_get(conf, "ingest.oa.token"), &oom);
+    in->hmac_secret = dup_nonempty(wxg_conf_get(conf, "ingest.hmac.secret"), &oom);
+    if (oom || in->topic == NULL) {
+        errf(errstr, errstr_size, oom ? "out of memory" : "ingest.topic is empty");
+        goto fail;
+    }
+    if (getrandom(&in->rid_base, sizeof in->rid_base, GRND_NONBLOCK) != sizeof in->rid_base)
+        in->rid_base = (uint64_t)wall_ms() ^ ((uint64_t)mono_ms() << 32);
+    atomic_init(&in->rid_next, 1);
+
+    /* The producer: the record must be acknowledged by Kafka within the request's budget, so
+     * librdkafka's own message timeout is the budget too (the operator may still override it):
+     * a record that missed its answer does not linger and land long after the 503. */
+    props = kafka_props(conf, &dump, &dump_cnt, &nprops, errstr, errstr_size);
+    if (props == NULL)
+        goto fail;
+    all = calloc(nprops + 1, sizeof *all);
+    if (all == NULL) {
+        errf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+    char tmo[24];
+    snprintf(tmo, sizeof tmo, "%d", in->budget_ms);
+    all[0] = (wxg_kafka_prop_t){"message.timeout.ms", tmo};
+    memcpy(all + 1, props, nprops * sizeof *props);
+    in->producer = wxg_producer_new(all, nprops + 1, errstr, errstr_size);
+    if (in->producer == NULL)
+        goto fail;
+
+    in->produce_seconds = wxg_metrics_histogram(
+        metrics, "wxg_ingest_produce_seconds",
+        "Time from producing a callback to Kafka's acknowledgement (or giving up).", NULL, 0, NULL);
+    in->bytes = wxg_metrics_counter(metrics, "wxg_ingest_stored_bytes_total",
+                                    "Body bytes of the callbacks stored in Kafka.", NULL);
+    if (metrics != NULL && wxg_metrics_on_collect(metrics, collect, in) != 0) {
+        errf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+
+    int64_t tmo_ms = wxg_conf_int(conf, "ingest.connection.timeout.ms");
+    wxg_httpd_opts_t ho = {.listen = wxg_conf_get(conf, "ingest.listen"),
+                           .metrics = metrics,
+                           .ready = ready_cb,
+                           .ready_opaque = in,
+                           .handler = handle,
+                           .handler_opaque = in,
+                           .handler_prefix = "/",
+                           .max_body = in->max_body,
+                           .max_inflight = (unsigned)wxg_conf_int(conf, "ingest.concurrency"),
+                           .conn_timeout_s = (unsigned)((tmo_ms + 999) / 1000)};
+    in->httpd = wxg_httpd_start_opts(&ho, errstr, errstr_size);
+    if (in->httpd == NULL)
+        goto fail;
+    free(all);
+    free(props);
+    rd_kafka_conf_dump_free(dump, dump_cnt);
+    wxg_log(WXG_LOG_INFO, "ingest_started", WXG_LS("listen", ho.listen),
+            WXG_LI("port", wxg_httpd_port(in->httpd)), WXG_LS("topic", in->topic),
+            WXG_LI("budget_ms", in->budget_ms), WXG_LU("max_body", in->max_body),
+            WXG_LU("concurrency", ho.max_inflight), WXG_LB("oa", in->oa_token != NULL),
+            WXG_LB("hmac", in->hmac_secret != NULL));
+    return in;
+fail:
+    free(all);
+    free(props);
+    if (dump != NULL)
+        rd_kafka_conf_dump_free(dump, dump_cnt);
+    wxg_ingest_destroy(in);
+    return NULL;
+}
+
+int wxg_ingest_port(const wxg_ingest_t *in)
+{
+    return in != NULL ? wxg_httpd_port(in->httpd) : -1;
+}
+
+void wxg_ingest_destroy(wxg_ingest_t *in)
+{
+    if (in == NULL)
+        return;
+    wxg_httpd_stop(in->httpd);
+    wxg_producer_destroy(in->producer, in->budget_ms);
+    free(in->topic);
+    wipe_free(in->oa_token);
+    wipe_free(in->hmac_secret);
+    free(in);
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The wxguard-ingest program itself: --help and --version exit 0, --print-config shows the
+# ingest keys with secrets as ***, an unknown key is a usage error (exit 2), and a running
+# receiver (Kafka unreachable) answers /healthz 200 and /readyz 503, then stops cleanly (exit 0)
+# on SIGTERM. No broker is needed.
+# usage: wxguard_ingest.sh <wxguard-ingest>
+set -u
+bin=$1
+failures=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wxg-cli-ingest.XXXXXX") || exit 1
+pid=
+cleanup() {
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# GET <port> <path>: prints the status code (bash's /dev/tcp, no client needed).
+http_status() {
+  local line
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" >&3
+  IFS= read -r -t 5 line <&3
+  exec 3<&-
+  line=${line#HTTP/1.1 }
+  printf '%s\n' "${line%% *}"
+}
+
+"$bin" --help >"$tmp/out" 2>&1 || fail "--help exit status $?"
+grep -q '/v1/callback/' "$tmp/out" || fail "--help does not name the endpoints"
+"$bin" --version >"$tmp/out" 2>&1 || fail "--version exit status $?"
+grep -q '^wxguard-ingest ' "$tmp/out" || fail "--version: $(cat "$tmp/out")"
+
+env -u WXG_INGEST_OA_TOKEN "$bin" --set kafka.bootstrap.servers=127.0.0.1:1 \
+  --set ingest.oa.token=tok-not-shown --set ingest.hmac.secret=sec-not-shown \
+  --print-config >"$tmp/out" 2>&1 || fail "--print-config exit status $?"
+grep -q '^ingest.oa.token = \*\*\*$' "$tmp/out" || fail "ingest.oa.token not redacted"
+grep -q '^ingest.hmac.secret = \*\*\*$' "$tmp/out" || fail "ingest.hmac.secret not redacted"
+grep -q 'not-shown' "$tmp/out" && fail "a secret was printed"
+grep -q '^ingest.concurrency = 64$' "$tmp/out" || fail "ingest.concurrency default missing"
+
+"$bin" --set kafka.bootstrap.servers=127.0.0.1:1 --set ingest.nope=1 >"$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "unknown key: exit status $rc, expected 2"
+grep -q 'ingest.nope' "$tmp/out" || fail "unknown key not named: $(cat "$tmp/out")"
+
+# A running receiver whose Kafka is a closed port.
+"$bin" --set kafka.bootstrap.servers=127.0.0.1:1 --set ingest.listen=127.0.0.1:0 \
+  --set kafka.log_level=0 >"$tmp/run.out" 2>"$tmp/run.err" &
+pid=$!
+port=
+for _ in $(seq 1 100); do
+  port=$(sed -n 's/^wxguard-ingest listening on port \([0-9]*\)$/\1/p' "$tmp/run.out")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  fail "the receiver did not report its port: $(cat "$tmp/run.err")"
+else
+  [ "$(http_status "$port" /healthz)" = 200 ] || fail "/healthz is not 200"
+  [ "$(http_status "$port" /readyz)" = 503 ] || fail "/readyz is not 503 without Kafka"
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  pid=
+  [ $rc -eq 0 ] || fail "exit status $rc after SIGTERM, expected 0"
+  grep -q 'event=stopped' "$tmp/run.err" || fail "no stopped event in the log"
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "wxguard-ingest command line: all checks passed"

@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""Checks the deployment files in deploy/ and docker-compose.yml.
+
+Usage: check_manifests.py <repository root>
+
+Every YAML file must parse. Beyond that it checks what a reviewer would: Kubernetes objects carry
+their required fields (probes on /healthz and /readyz, resources, a PodDisruptionBudget whose
+selector matches a Deployment, config and secret references that exist, a termination grace
+period longer than the consumer's drain budget), the compose services' health checks, start
+order and stop grace, the systemd unit's hardening, the Dockerfile's stages, and that the Grafana
+dashboard and the Prometheus rules use only metric names listed in docs/metrics.md.
+
+Exit status 0 when everything passes; 1 with one line per problem otherwise.
+"""
+import json
+import os
+import re
+import sys
+
+import yaml
+
+problems = []
+
+
+def problem(where, text):
+    problems.append(f"{where}: {text}")
+
+
+def duration_ms(text, bare_is_ms=True):
+    """A wxguard duration ("30s", "500ms", "5m", "1h", "7d", or bare ms) in milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", str(text))
+    if not m:
+        raise ValueError(f"not a duration: {text!r}")
+    n, unit = int(m.group(1)), m.group(2)
+    if unit is None and not bare_is_ms:
+        raise ValueError(f"duration without unit: {text!r}")
+    return n * {"ms": 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000, None: 1}[unit]
+
+
+def properties(text):
+    """key = value lines, '#' and '!' comments."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def load_yaml_docs(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [d for d in yaml.safe_load_all(f) if d is not None]
+    except (OSError, yaml.YAMLError) as e:
+        problem(path, f"does not parse: {e}")
+        return []
+
+
+def metric_names_from_doc(root):
+    with open(os.path.join(root, "docs/metrics.md"), encoding="utf-8") as f:
+        return set(re.findall(r"`(wxg_[a-z0-9_]+)`", f.read()))
+
+
+def metric_names_in_expr(expr):
+    names = set()
+    for name in re.findall(r"\bwxg_[a-z0-9_]+", expr):
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        names.add(name)
+    return names
+
+
+def check_metrics_usage(where, exprs, known):
+    for expr in exprs:
+        for name in sorted(metric_names_in_expr(expr)):
+            if name not in known:
+                problem(where, f"metric {name} is not listed in docs/metrics.md")
+
+
+def grafana_exprs(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "expr" and isinstance(v, str):
+                yield v
+            else:
+                yield from grafana_exprs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from grafana_exprs(v)
+
+
+def check_k8s(root, drain_ms):
+    kdir = os.path.join(root, "deploy/k8s")
+    objs = []
+    for name in sorted(os.listdir(kdir)):
+        if name.endswith((".yaml", ".yml")):
+            for doc in load_yaml_docs(os.path.join(kdir, name)):
+                objs.append((name, doc))
+    by_kind = {}
+    for name, doc in objs:
+        if doc.get("kind") == "Kustomization":
+            for res in doc.get("resources", []):
+                if not os.path.exists(os.path.join(kdir, res)):
+                    problem(name, f"kustomization lists missing {res}")
+            continue
+        for field in ("apiVersion", "kind", "metadata"):
+            if field not in doc:
+                problem(name, f"object without {field}")
+        if not (doc.get("metadata") or {}).get("name"):
+            problem(name, f"{doc.get('kind')} without metadata.name")
+        by_kind.setdefault(doc.get("kind"), []).append((name, doc))
+
+    configmaps = {d["metadata"]["name"]: d for _, d in by_kind.get("ConfigMap", [])}
+    secrets = {d["metadata"]["name"] for _, d in by_kind.get("Secret", [])}
+    deployments = by_kind.get("Deployment", [])
+    if not deployments:
+        problem("deploy/k8s", "no Deployment")
+    for fname, dep in deployments:
+        where = f"{fname} Deployment/{dep['metadata']['name']}"
+        spec = dep.get("spec", {})
+        sel = (spec.get("selector") or {}).get("matchLabels") or {}
+        tmpl = spec.get("template", {})
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            problem(where, "selector.matchLabels does not match the pod template labels")
+        pod = tmpl.get("spec", {})
+        grace = pod.get("terminationGracePeriodSeconds")
+        if not isinstance(grace, int):
+            problem(where, "no terminationGracePeriodSeconds")
+        aff = ((pod.get("affinity") or {}).get("podAntiAffinity")) or {}
+        if not aff:
+            problem(where, "no podAntiAffinity: replicas may share a node")
+        if not (pod.get("securityContext") or {}).get("runAsNonRoot"):
+            problem(where, "pod securityContext.runAsNonRoot is not true")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        containers = pod.get("containers") or []
+        if not containers:
+            problem(where, "no containers")
+        for c in containers:
+            cw = f"{where} container {c.get('name')}"
+            ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+            for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                p = (c.get(probe) or {}).get("httpGet")
+                if not p:
+                    problem(cw, f"no {probe} (httpGet)")
+                    continue
+                if p.get("path") != path:
+                    problem(cw, f"{probe} should probe {path}, not {p.get('path')}")
+                port = p.get("port")
+                if isinstance(port, str) and port not in ports:
+                    problem(cw, f"{probe} port {port!r} is not a named container port")
+            res = c.get("resources") or {}
+            for part in ("requests", "limits"):
+                for k in ("cpu", "memory"):
+                    if k not in (res.get(part) or {}):
+                        problem(cw, f"resources.{part}.{k} missing")
+            sc = c.get("securityContext") or {}
+            if sc.get("allowPrivilegeEscalation") is not False:
+                problem(cw, "allowPrivilegeEscalation is not false")
+            for ef in c.get("envFrom", []):
+                ref = (ef.get("secretRef") or {}).get("name")
+                if ref and ref not in secrets:
+                    problem(cw, f"envFrom secret {ref} is not defined")
+            for vm in c.get("volumeMounts", []):
+                if vm.get("name") not in volumes:
+                    problem(cw, f"volumeMount {vm.get('name')} has no volume")
+        for v in volumes.values():
+            cm = v.get("configMap")
+            if cm:
+                data = (configmaps.get(cm.get("name")) or {}).get("data")
+                if data is None:
+                    problem(where, f"configMap {cm.get('name')} is not defined")
+                    continue
+                for item in cm.get("items", []):
+                    if item.get("key") not in data:
+                        problem(where, f"configMap key {item.get('key')} is missing")
+        # The consumer's grace period against its drain budget (from its ConfigMap).
+        if "consumer" in dep["metadata"]["name"]:
+            cm_drain = None
+            for cm in configmaps.values():
+                text = (cm.get("data") or {}).get("consumer.properties")
+                if text:
+                    cm_drain = duration_ms(
+                        properties(text).get("consumer.drain.timeout.ms", "30s"))
+            budget = max(d for d in (drain_ms, cm_drain) if d is not None)
+            if isinstance(grace, int) and grace * 1000 <= budget + 5000:
+                problem(where, f"terminationGracePeriodSeconds {grace} is not longer than the "
+                               f"drain budget {budget / 1000:g} s plus the final commit")
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    if not pdbs:
+        problem("deploy/k8s", "no PodDisruptionBudget")
+    for fname, pdb in pdbs:
+        sel = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        matched = [
+            d for _, d in deployments
+            if sel and all(
+                ((d["spec"]["template"].get("metadata") or {}).get("labels") or {}).get(k) == v
+                for k, v in sel.items())
+        ]
+        if not matched:
+            problem(f"{fname} PodDisruptionBudget/{pdb['metadata']['name']}",
+                    "selector matches no Deployment's pods")
+        spec = pdb.get("spec") or {}
+        if "minAvailable" not in spec and "maxUnavailable" not in spec:
+            problem(fname, "PodDisruptionBudget without minAvailable or maxUnavailable")
+    consumers = [d for _, d in deployments if "consumer" in d["metadata"]["name"]]
+    if consumers:
+        names = {d["metadata"]["name"] for d in consumers}
+        covered = any(
+            m["metadata"]["name"] in names for _, p in pdbs for m in [
+                d for _, d in deployments
+                if all(((d["spec"]["template"].get("metadata") or {}).get("labels") or {}).get(k)
+                       == v for k, v in ((p.get("spec") or {}).get("selector") or {}).get(
+                           "matchLabels", {}).items())
+            ])
+        if not covered:
+            problem("deploy/k8s", "the consumer Deployment has no PodDisruptionBudget")
+
+
+def check_compose(root, drain_ms):
+    docs = load_yaml_docs(os.path.join(root, "docker-compose.yml"))
+    if not docs:
+        return
+    services = docs[0].get("services") or {}
+    for want in ("kafka", "redis", "postgres", "ingest", "prometheus", "grafana"):
+        if want not in services:
+            problem("docker-compose.yml", f"no {want} service")
+    consumers = [n for n in services if n.startswith("consumer")]
+    if len(consumers) < 3:
+        problem("docker-compose.yml", f"{len(consumers)} consumer replicas, want 3")
+    for name, svc in services.items():
+        where = f"docker-compose.yml service {name}"
+        one_shot = str(svc.get("restart", "")) == "no"
+        if not one_shot and "healthcheck" not in svc:
+            problem(where, "no healthcheck")
+        deps = svc.get("depends_on") or {}
+        if isinstance(deps, list):
+            if name.startswith("consumer") or name == "ingest":
+                problem(where, "depends_on without conditions")
+            deps = {d: {} for d in deps}
+        for dep, cond in deps.items():
+            if dep not in services:
+                problem(where, f"depends on unknown service {dep}")
+                continue
+            c = (cond or {}).get("condition")
+            if c == "service_healthy" and "healthcheck" not in services[dep]:
+                problem(where, f"waits for {dep} to be healthy, but it has no healthcheck")
+        for vol in svc.get("volumes", []):
+            src = vol.split(":", 1)[0] if isinstance(vol, str) else None
+            if src and src.startswith("./") and not os.path.exists(os.path.join(root, src)):
+                problem(where, f"mounts missing {src}")
+    redis_cmd = " ".join(map(str, (services.get("redis") or {}).get("command") or []))
+    if "noeviction" not in redis_cmd or "--appendonly yes" not in redis_cmd:
+        problem("docker-compose.yml service redis", "wants --maxmemory-policy noeviction and AOF")
+    for name in consumers:
+        svc = services[name]
+        grace = svc.get("stop_grace_period")
+        if grace is None or duration_ms(grace) <= drain_ms:
+            problem(f"docker-compose.yml service {name}",
+                    f"stop_grace_period {grace} is not longer than the drain budget")
+        for dep in ("kafka", "redis"):
+            if ((svc.get("depends_on") or {}).get(dep) or {}).get("condition") != "service_healthy":
+                problem(f"docker-compose.yml service {name}", f"does not wait for {dep} healthy")
+    # Prometheus scrapes what compose runs.
+    prom = load_yaml_docs(os.path.join(root, "deploy/prometheus/prometheus.yml"))
+    for doc in prom:
+        for job in doc.get("scrape_configs", []):
+            for sc in job.get("static_configs", []):
+                for t in sc.get("targets", []):
+                    host = t.split(":")[0]
+                    if host != "localhost" and host not in services:
+                        problem("deploy/prometheus/prometheus.yml",
+                                f"target {t} is not a compose service")
+        for rf in doc.get("rule_files", []):
+            if os.path.basename(rf) != "alerts.yml":
+                problem("deploy/prometheus/prometheus.yml", f"unexpected rule file {rf}")
+
+
+def check_alerts(root, known):
+    docs = load_yaml_docs(os.path.join(root, "deploy/prometheus/alerts.yml"))
+    exprs, names = [], set()
+    for doc in docs:
+        for group in doc.get("groups", []):
+            for rule in group.get("rules", []):
+                if "alert" not in rule or "expr" not in rule:
+                    problem("deploy/prometheus/alerts.yml", f"rule without alert/expr: {rule}")
+                    continue
+                names.add(rule["alert"])
+                exprs.append(rule["expr"])
+    check_metrics_usage("deploy/prometheus/alerts.yml", exprs, known)
+    used = set().union(*(metric_names_in_expr(e) for e in exprs)) if exprs else set()
+    for topic, metric in (("lag", "wxg_consumer_lag"), ("stall", "wxg_stalled"),
+                          ("DLQ rate", "wxg_dlq_writes_total"),
+                          ("lease-lost rate", "wxg_lease_lost_total"),
+                          ("commit failures", "wxg_commit_failures_total")):
+        if metric not in used:
+            problem("deploy/prometheus/alerts.yml", f"no alert on {topic} ({metric})")
+
+
+def check_grafana(root, known):
+    path = os.path.join(root, "deploy/grafana/dashboards/wxguard.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            dash = json.load(f)
+    except (OSError, ValueError) as e:
+        problem(path, f"does not parse: {e}")
+        return
+    exprs = list(grafana_exprs(dash))
+    if not exprs:
+        problem(path, "no queries")
+    check_metrics_usage("deploy/grafana/dashboards/wxguard.json", exprs, known)
+    uids = set()
+    for doc in load_yaml_docs(os.path.join(root, "deploy/grafana/provisioning/datasources/"
+                                                 "prometheus.yml")):
+        uids |= {d.get("uid") for d in doc.get("datasources", [])}
+    for p in dash.get("panels", []):
+        ds = (p.get("datasource") or {}).get("uid")
+        if p.get("type") != "row" and ds not in uids:
+            problem(path, f"panel {p.get('title')!r} uses datasource {ds}, not provisioned")
+
+
+def check_systemd(root, drain_ms):
+    path = os.path.join(root, "deploy/systemd/wxguard-consumer@.service")
+    with open(path, encoding="utf-8") as f:
+        lines = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+    kv = {}
+    for l in lines:
+        k, sep, v = l.partition("=")
+        if sep:
+            kv.setdefault(k, []).append(v)
+    want = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes",
+            "ProtectHome": "yes", "CapabilityBoundingSet": ""}
+    for k, v in want.items():
+        if v not in kv.get(k, []):
+            problem(path, f"{k}={v} missing")
+    if "yes" not in kv.get("DynamicUser", []) and not kv.get("User"):
+        problem(path, "no dedicated user")
+    stop = kv.get("TimeoutStopSec", [None])[0]
+    if stop is None or duration_ms(stop if not stop.isdigit() else stop + "s") <= drain_ms:
+        problem(path, f"TimeoutStopSec {stop} is not longer than the drain budget")
+
+
+def check_dockerfile(root):
+    path = os.path.join(root, "deploy/Dockerfile")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if not re.search(r"^FROM debian:bookworm AS build$", text, re.M):
+        problem(path, "no build stage on debian:bookworm")
+    if not re.search(r"^FROM debian:bookworm-slim AS runtime$", text, re.M):
+        problem(path, "no runtime stage on debian:bookworm-slim")
+    runtime = text.split("AS runtime", 1)[-1]
+    if re.search(r"\b[a-z0-9.+-]+-dev\b", runtime):
+        problem(path, "the runtime stages install -dev packages")
+    users = re.findall(r"^USER\s+(\S+)", runtime, re.M)
+    if not users or users[-1].split(":")[0] in ("root", "0"):
+        problem(path, "the runtime does not run as an unprivileged user")
+    if "HEALTHCHECK" not in runtime:
+        problem(path, "no HEALTHCHECK")
+    for prog in ("wxguard-consumer", "wxguard-ingest", "wxguardctl"):
+        if not re.search(rf'^ENTRYPOINT \["{prog}"\]', text, re.M):
+            problem(path, f"no entrypoint for {prog}")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    root = sys.argv[1]
+    # Every YAML file parses.
+    yamls = [os.path.join(root, "docker-compose.yml")]
+    for d, _, files in os.walk(os.path.join(root, "deploy")):
+        yamls += [os.path.join(d, f) for f in files if f.endswith((".yml", ".yaml"))]
+    for y in sorted(yamls):
+        load_yaml_docs(y)
+    with open(os.path.join(root, "deploy/config/consumer.properties"), encoding="utf-8") as f:
+        drain_ms = duration_ms(properties(f.read()).get("consumer.drain.timeout.ms", "30s"))
+    known = metric_names_from_doc(root)
+    check_k8s(root, drain_ms)
+    check_compose(root, drain_ms)
+    check_alerts(root, known)
+    check_grafana(root, known)
+    check_systemd(root, drain_ms)
+    check_dockerfile(root)
+    for p in problems:
+        print(p)
+    print(f"check_manifests: {len(yamls)} YAML files, {len(problems)} problem(s)",
+          file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

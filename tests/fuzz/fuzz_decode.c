@@ -1,0 +1,78 @@
+/* libFuzzer harness for wxg_decode(): every input is decoded with every forced format and with
+ * detection, at the default caps and at a small depth cap. Beyond "no crash, no leak, no
+ * undefined behaviour" it checks the decoder's promises and traps when one is broken:
+ *   - a success yields views whose keys pass wxg_key_check() with the view's kind, whose
+ *     strings are NUL-terminated and whose msg_id passes the id grammar;
+ *   - a failure is one of the input error codes, with a non-empty printable reason. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wxguard/err.h"
+#include "wxguard/key.h"
+#include "wxguard/msg.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_view(const wxg_msg_view_t *m)
+{
+    char kind = 0;
+    if (m == NULL || m->key == NULL || wxg_key_check(m->key, &kind) != 0 ||
+        kind != (char)m->key_kind)
+        __builtin_trap();
+    if (m->account == NULL || m->conversation == NULL || m->sender == NULL || m->to == NULL ||
+        m->type == NULL || m->content == NULL || m->key_reason == NULL || m->raw == NULL)
+        __builtin_trap();
+    if (m->content[m->content_len] != '\0')
+        __builtin_trap();
+    if (m->msg_id != NULL && wxg_id_check(m->msg_id, strlen(m->msg_id)) != WXG_ID_OK)
+        __builtin_trap();
+    /* Touch every string so that ASan sees any read past its end. */
+    volatile size_t sink = strlen(m->account) + strlen(m->conversation) + strlen(m->sender) +
+                           strlen(m->to) + strlen(m->type) + strlen(m->key_reason);
+    (void)sink;
+}
+
+static void check_error(int rc, const char *err)
+{
+    switch (rc) {
+    case WXG_ETOOBIG:
+    case WXG_EDEPTH:
+    case WXG_EPARSE:
+    case WXG_EFORMAT:
+    case WXG_ENOACCOUNT:
+    case WXG_EIDCONFLICT:
+        break;
+    default:
+        __builtin_trap();
+    }
+    if (err[0] == '\0')
+        __builtin_trap();
+    for (const char *p = err; *p; p++) {
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+            __builtin_trap();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const wxg_format_t formats[] = {WXG_FORMAT_AUTO,    WXG_FORMAT_WKTEAM,
+                                           WXG_FORMAT_GEWE,    WXG_FORMAT_OA_XML,
+                                           WXG_FORMAT_OA_JSON, WXG_FORMAT_GENERIC};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0] * 2; i++) {
+        wxg_decode_opts_t o = {formats[i % 6], 0, i >= 6 ? 4 : 0};
+        wxg_batch_t *b = NULL;
+        char err[256];
+        int rc = wxg_decode(data, size, &o, &b, err, sizeof err);
+        if (rc != 0) {
+            if (b != NULL)
+                __builtin_trap();
+            check_error(rc, err);
+            continue;
+        }
+        for (size_t k = 0; k < wxg_batch_count(b); k++)
+            check_view(wxg_batch_msg(b, k));
+        wxg_batch_free(b);
+    }
+    return 0;
+}

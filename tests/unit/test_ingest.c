@@ -1,0 +1,332 @@
+/* Unit tests for lib/ingest.c without a broker: the Official Account signature against the
+ * documented vectors, the gateway HMAC against RFC 4231, and every answer the receiver gives
+ * before or instead of storing (404, 405, 401, 400, 413, the URL-verification echo, and 503 with
+ * /readyz not ready when Kafka cannot be reached). Kafka is a closed loopback port here; storing
+ * for real is tests/integration/test_ingest.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wxguard/conf.h"
+#include "wxguard/err.h"
+#include "wxguard/ingest.h"
+#include "wxguard/metrics.h"
+#include "testenv.h"
+#include "testhttp.h"
+
+static const char *const no_env[] = {NULL};
+
+static const char o1_xml[] = "<xml>\n"
+                             "  <ToUserName><![CDATA[gh_fake00000001]]></ToUserName>\n"
+                             "  <FromUserName><![CDATA[oFAKE_openid_000000001]]></FromUserName>\n"
+                             "  <CreateTime>1732329909</CreateTime>\n"
+                             "  <MsgType><![CDATA[text]]></MsgType>\n"
+                             "  <Content><![CDATA[hello]]></Content>\n"
+                             "  <MsgId>24500000000000001</MsgId>\n"
+                             "</xml>\n";
+
+static const char generic_json[] =
+    "{\"account\":\"wxid_fakebot000001\",\"msg_id\":\"9300000000000000001\","
+    "\"conversation\":\"wxid_fakealice0001\",\"sender\":\"wxid_fakealice0001\","
+    "\"create_time\":1705043418,\"type\":\"text\",\"content\":\"hi\"}";
+
+typedef struct fixture {
+    wxg_metrics_t *reg;
+    wxg_ingest_t *in;
+    int port;
+} fixture;
+
+/* A receiver whose Kafka is a closed port, with the extra settings given. */
+static void start(fixture *f, const char *const *extra, size_t nextra)
+{
+    char err[512] = "";
+    char boot[64];
+    int dead = wxg_test_free_port();
+    assert_true(dead > 0);
+    snprintf(boot, sizeof boot, "kafka.bootstrap.servers=127.0.0.1:%d", dead);
+    const char *sets[16] = {boot, "ingest.listen=127.0.0.1:0", "ingest.produce.timeout.ms=300",
+                            "ingest.max.body.bytes=2KiB", "kafka.log_level=0"};
+    size_t n = 5;
+    for (size_t i = 0; i < nextra && n < 16; i++)
+        sets[n++] = extra[i];
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, sizeof err);
+    if (conf == NULL)
+        fail_msg("conf: %s", err);
+    f->reg = wxg_metrics_new();
+    f->in = wxg_ingest_new(conf, f->reg, err, sizeof err);
+    wxg_conf_free(conf);
+    if (f->in == NULL)
+        fail_msg("wxg_ingest_new: %s", err);
+    f->port = wxg_ingest_port(f->in);
+    assert_true(f->port > 0);
+}
+
+static void stop(fixture *f)
+{
+    wxg_ingest_destroy(f->in);
+    wxg_metrics_free(f->reg);
+}
+
+/* Sends a request and returns its status; the body is copied into `body` when not NULL. */
+static int req(fixture *f, const char *method, const char *target, const char *headers,
+               const char *payload, size_t len, char *body, size_t body_size, char *hdrs,
+               size_t hdrs_size)
+{
+    wxg_test_http_resp_t r;
+    if (wxg_test_http(f->port, method, target, headers, payload, len, &r) != 0)
+        fail_msg("%s %s: no answer", method, target);
+    int status = r.status;
+    if (body != NULL)
+        snprintf(body, body_size, "%s", r.body);
+    if (hdrs != NULL)
+        snprintf(hdrs, hdrs_size, "%s", r.headers);
+    wxg_test_http_free(&r);
+    return status;
+}
+
+static char *render(wxg_metrics_t *reg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(wxg_metrics_render(reg, &text, &len), 0);
+    return text;
+}
+
+static void oa_signature_matches_the_documented_vectors(void **state)
+{
+    (void)state;
+    char sig[41];
+    assert_int_equal(wxg_ingest_oa_signature("AAAAA", "1714036504", "1514711492", sig), 0);
+    assert_string_equal(sig, "f464b24fc39322e44b38aa78f5edd27bd1441696");
+    assert_int_equal(wxg_ingest_oa_signature("AAAAA", "1714037059", "486452656", sig), 0);
+    assert_string_equal(sig, "899cf89e464efb63f54ddac96b0a0a235f53aa78");
+    assert_int_equal(wxg_ingest_oa_verify("AAAAA", "1714037059", "486452656",
+                                          "899CF89E464EFB63F54DDAC96B0A0A235F53AA78"),
+                     0);
+    assert_int_equal(wxg_ingest_oa_verify("AAAAA", "1714037059", "486452657",
+                                          "899cf89e464efb63f54ddac96b0a0a235f53aa78"),
+                     WXG_EAUTH);
+    assert_int_equal(wxg_ingest_oa_verify("AAAAA", "1714037059", "486452656",
+                                          "899cf89e464efb63f54ddac96b0a0a235f53aa7"),
+                     WXG_EAUTH);
+    assert_int_equal(wxg_ingest_oa_verify("AAAAA", NULL, "486452656",
+                                          "899cf89e464efb63f54ddac96b0a0a235f53aa78"),
+                     WXG_EAUTH);
+    assert_int_equal(wxg_ingest_oa_verify("", "1714037059", "486452656",
+                                          "899cf89e464efb63f54ddac96b0a0a235f53aa78"),
+                     WXG_EAUTH);
+    assert_int_equal(wxg_ingest_oa_signature("AAAAA", NULL, "1", sig), WXG_EINVAL);
+}
+
+static void gateway_hmac_matches_rfc4231_and_refuses_anything_else(void **state)
+{
+    (void)state;
+    static const char data[] = "what do ya want for nothing?";
+    char h[72];
+    assert_int_equal(wxg_ingest_hmac_sign("Jefe", data, sizeof data - 1, h), 0);
+    assert_string_equal(h,
+                        "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    assert_int_equal(wxg_ingest_hmac_verify("Jefe", data, sizeof data - 1, h), 0);
+    assert_int_equal(wxg_ingest_hmac_verify(
+                         "Jefe", data, sizeof data - 1,
+                         "SHA256=5BDCC146BF60754E6A042426089575C75A003F089D2739839DEC58B964EC3843"),
+                     0);
+    assert_int_equal(wxg_ingest_hmac_verify("Jefe", data, sizeof data - 2, h), WXG_EAUTH);
+    assert_int_equal(wxg_ingest_hmac_verify("jefe", data, sizeof data - 1, h), WXG_EAUTH);
+    assert_int_equal(wxg_ingest_hmac_verify("Jefe", data, sizeof data - 1, h + 7), WXG_EAUTH);
+    assert_int_equal(wxg_ingest_hmac_verify("Jefe", data, sizeof data - 1, NULL), WXG_EAUTH);
+    assert_int_equal(wxg_ingest_hmac_verify("Jefe", data, sizeof data - 1, "sha256="), WXG_EAUTH);
+}
+
+static void unknown_paths_and_methods_get_404_and_405(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024], hdrs[2048];
+    start(&f, NULL, 0);
+    assert_int_equal(req(&f, "POST", "/v1/callback/nope", NULL, "{}", 2, NULL, 0, NULL, 0), 404);
+    assert_int_equal(req(&f, "POST", "/v1/callback/", NULL, "{}", 2, NULL, 0, NULL, 0), 404);
+    assert_int_equal(req(&f, "POST", "/elsewhere", NULL, "{}", 2, NULL, 0, NULL, 0), 404);
+    assert_int_equal(
+        req(&f, "POST", "/v1/callback/wkteam/bad%20acct", NULL, "{}", 2, NULL, 0, NULL, 0), 404);
+    assert_int_equal(
+        req(&f, "GET", "/v1/callback/wkteam", NULL, NULL, 0, body, sizeof body, hdrs, sizeof hdrs),
+        405);
+    assert_non_null(strstr(hdrs, "Allow: POST\r\n"));
+    assert_int_equal(req(&f, "PUT", "/v1/callback/oa", NULL, "x", 1, NULL, 0, hdrs, sizeof hdrs),
+                     405);
+    assert_non_null(strstr(hdrs, "Allow: GET, POST\r\n"));
+    /* Without a token the Official Account endpoint does not exist. */
+    assert_int_equal(req(&f, "POST", "/v1/callback/oa", NULL, o1_xml, sizeof o1_xml - 1, body,
+                         sizeof body, NULL, 0),
+                     404);
+    assert_non_null(strstr(body, "ingest.oa.token"));
+    /* Built-in paths are still there. */
+    assert_int_equal(req(&f, "GET", "/healthz", NULL, NULL, 0, NULL, 0, NULL, 0), 200);
+    stop(&f);
+}
+
+static void oa_signature_is_checked_and_the_url_verification_echoes(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024], target[512], sig[41];
+    const char *extra[] = {"ingest.oa.token=AAAAA"};
+    start(&f, extra, 1);
+    snprintf(target, sizeof target,
+             "/v1/callback/oa?signature=f464b24fc39322e44b38aa78f5edd27bd1441696"
+             "&timestamp=1714036504&nonce=1514711492&echostr=8412345678901234567");
+    assert_int_equal(req(&f, "GET", target, NULL, NULL, 0, body, sizeof body, NULL, 0), 200);
+    assert_string_equal(body, "8412345678901234567");
+    /* One digit of the nonce changed: refused, nothing echoed. */
+    snprintf(target, sizeof target,
+             "/v1/callback/oa?signature=f464b24fc39322e44b38aa78f5edd27bd1441696"
+             "&timestamp=1714036504&nonce=1514711493&echostr=8412345678901234567");
+    assert_int_equal(req(&f, "GET", target, NULL, NULL, 0, body, sizeof body, NULL, 0), 401);
+    assert_null(strstr(body, "8412345678901234567"));
+    assert_int_equal(req(&f, "GET", "/v1/callback/oa?echostr=1", NULL, NULL, 0, NULL, 0, NULL, 0),
+                     401);
+    /* A POST with a bad signature never reaches Kafka (the answer is 401, not 503). */
+    assert_int_equal(req(&f, "POST",
+                         "/v1/callback/oa?signature=0000000000000000000000000000000000000000"
+                         "&timestamp=1714036504&nonce=1514711492",
+                         NULL, o1_xml, sizeof o1_xml - 1, body, sizeof body, NULL, 0),
+                     401);
+    assert_non_null(strstr(body, "EAUTH"));
+    /* A good one does, and Kafka is down here: 503. */
+    assert_int_equal(wxg_ingest_oa_signature("AAAAA", "1732329909", "77", sig), 0);
+    snprintf(target, sizeof target, "/v1/callback/oa?signature=%s&timestamp=1732329909&nonce=77",
+             sig);
+    assert_int_equal(
+        req(&f, "POST", target, NULL, o1_xml, sizeof o1_xml - 1, body, sizeof body, NULL, 0), 503);
+    /* An Official Account push through another endpoint would skip the check: refused. */
+    assert_int_equal(req(&f, "POST", "/v1/callback/auto", NULL, o1_xml, sizeof o1_xml - 1, body,
+                         sizeof body, NULL, 0),
+                     400);
+    assert_non_null(strstr(body, "/v1/callback/oa"));
+    char *m = render(f.reg);
+    assert_non_null(strstr(m, "wxg_ingest_requests_total{endpoint=\"oa\",status=\"401\"} 3\n"));
+    assert_non_null(strstr(m, "wxg_ingest_requests_total{endpoint=\"oa\",status=\"200\"} 1\n"));
+    free(m);
+    stop(&f);
+}
+
+static void undecodable_and_oversized_bodies_get_400_and_413_with_a_reason(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024];
+    start(&f, NULL, 0);
+    static const char bad[] = "{\"wcId\":\"wxid_fakebot000001\",\"data\":";
+    assert_int_equal(req(&f, "POST", "/v1/callback/wkteam", NULL, bad, sizeof bad - 1, body,
+                         sizeof body, NULL, 0),
+                     400);
+    assert_non_null(strstr(body, "EPARSE: malformed input"));
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic", NULL, "{\"msg_id\":\"1\"}", 14, body,
+                         sizeof body, NULL, 0),
+                     400);
+    assert_non_null(strstr(body, "ENOACCOUNT"));
+    char *big = malloc(4096);
+    assert_non_null(big);
+    memset(big, ' ', 4096);
+    memcpy(big, generic_json, sizeof generic_json - 1);
+    assert_int_equal(
+        req(&f, "POST", "/v1/callback/generic", NULL, big, 2049, body, sizeof body, NULL, 0), 413);
+    free(big);
+    /* The account in the path must be the message's. */
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic/wxid_otherbot", NULL, generic_json,
+                         sizeof generic_json - 1, body, sizeof body, NULL, 0),
+                     400);
+    assert_non_null(strstr(body, "another account"));
+    stop(&f);
+}
+
+static void kafka_down_gives_503_with_retry_after_and_not_ready(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024], hdrs[2048];
+    start(&f, NULL, 0);
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic/wxid_fakebot000001",
+                         "X-Request-Id: gw-retry-0001\r\n", generic_json, sizeof generic_json - 1,
+                         body, sizeof body, hdrs, sizeof hdrs),
+                     503);
+    assert_non_null(strstr(hdrs, "Retry-After: 1\r\n"));
+    assert_non_null(strstr(hdrs, "X-Request-Id: gw-retry-0001\r\n"));
+    assert_non_null(strstr(body, "ETIMEDOUT"));
+    assert_int_equal(req(&f, "GET", "/readyz", NULL, NULL, 0, body, sizeof body, NULL, 0), 503);
+    assert_non_null(strstr(body, "not ready: kafka"));
+    char reason[128];
+    assert_int_equal(wxg_ingest_ready(f.in, reason, sizeof reason), 0);
+    /* A client's request id that is not sane is replaced by a generated one. */
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic", "X-Request-Id: a b\r\n", "{", 1, NULL,
+                         0, hdrs, sizeof hdrs),
+                     400);
+    assert_null(strstr(hdrs, "X-Request-Id: a b"));
+    assert_non_null(strstr(hdrs, "X-Request-Id: "));
+    stop(&f);
+}
+
+static void the_gateway_hmac_is_required_when_a_secret_is_set(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024], hv[72], hdr[128];
+    const char *extra[] = {"ingest.hmac.secret=s3cret"};
+    start(&f, extra, 1);
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic", NULL, generic_json,
+                         sizeof generic_json - 1, body, sizeof body, NULL, 0),
+                     401);
+    assert_non_null(strstr(body, "X-Wxg-Signature"));
+    assert_int_equal(wxg_ingest_hmac_sign("wrong", generic_json, sizeof generic_json - 1, hv), 0);
+    snprintf(hdr, sizeof hdr, "X-Wxg-Signature: %s\r\n", hv);
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic", hdr, generic_json,
+                         sizeof generic_json - 1, NULL, 0, NULL, 0),
+                     401);
+    /* The right one passes the check and reaches Kafka, which is down: 503. */
+    assert_int_equal(wxg_ingest_hmac_sign("s3cret", generic_json, sizeof generic_json - 1, hv), 0);
+    snprintf(hdr, sizeof hdr, "X-Wxg-Signature: %s\r\n", hv);
+    assert_int_equal(req(&f, "POST", "/v1/callback/generic", hdr, generic_json,
+                         sizeof generic_json - 1, NULL, 0, NULL, 0),
+                     503);
+    char *m = render(f.reg);
+    assert_non_null(
+        strstr(m, "wxg_ingest_requests_total{endpoint=\"generic\",status=\"401\"} 2\n"));
+    assert_non_null(
+        strstr(m, "wxg_ingest_requests_total{endpoint=\"generic\",status=\"503\"} 1\n"));
+    free(m);
+    stop(&f);
+}
+
+static void a_bad_listen_address_fails_start_with_a_reason(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    const char *sets[] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=10.255.255.1:1"};
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, 2, err, sizeof err);
+    assert_non_null(conf);
+    assert_null(wxg_ingest_new(conf, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "cannot listen on 10.255.255.1:1"));
+    wxg_conf_free(conf);
+    wxg_ingest_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(oa_signature_matches_the_documented_vectors),
+        cmocka_unit_test(gateway_hmac_matches_rfc4231_and_refuses_anything_else),
+        cmocka_unit_test(unknown_paths_and_methods_get_404_and_405),
+        cmocka_unit_test(oa_signature_is_checked_and_the_url_verification_echoes),
+        cmocka_unit_test(undecodable_and_oversized_bodies_get_400_and_413_with_a_reason),
+        cmocka_unit_test(kafka_down_gives_503_with_retry_after_and_not_ready),
+        cmocka_unit_test(the_gateway_hmac_is_required_when_a_secret_is_set),
+        cmocka_unit_test(a_bad_listen_address_fails_start_with_a_reason),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
