@@ -1,7 +1,8 @@
 /*
  * DESIGN: test support for wxguard-consumer end-to-end tests (see consumertest.h). Replicas are
- * fork/exec'd children in their own process group is not needed: they are stopped by PID. The
- * ledger is parsed with cJSON; offsets come from the broker through testkafka.
+ * fork/exec'd children, stopped by PID, and killed by the kernel (PR_SET_PDEATHSIG) should the
+ * test process die first. The ledger is parsed with cJSON; offsets come from the broker through
+ * testkafka.
  */
 #include "consumertest.h"
 
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -129,6 +131,8 @@ pid_t wxg_ct_spawn(wxg_ct_t *t, int idx)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* A failing test skips its teardown: the replica must not outlive the test process. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
