@@ -1712,16 +1712,12 @@ void wxg_conf_map_free(wxg_conf_map_t *map)
     free(map);
 }
 
-wxg_conf_map_t *wxg_conf_plugin_map(const wxg_conf_t *conf, const char *plugin)
+/* The keys under `prefix` (declared ones with their effective values, then pass-through ones),
+ * with the first `strip` bytes of each key removed, sorted by key. */
+static wxg_conf_map_t *prefix_map(const wxg_conf_t *conf, const char *prefix, size_t strip)
 {
-    char prefix[256];
     wxg_conf_kv_t *items = NULL;
     size_t n = 0;
-    if (conf == NULL || plugin == NULL)
-        return NULL;
-    int plen = snprintf(prefix, sizeof prefix, "plugin.%s.", plugin);
-    if (plen < 0 || (size_t)plen >= sizeof prefix)
-        return NULL;
     wxg_conf_map_t *map = calloc(1, sizeof *map);
     items = calloc(NKEYS + conf->nextra + 1, sizeof *items);
     if (map == NULL || items == NULL)
@@ -1731,9 +1727,9 @@ wxg_conf_map_t *wxg_conf_plugin_map(const wxg_conf_t *conf, const char *plugin)
         size_t count = pass == 0 ? NKEYS : conf->nextra;
         for (size_t i = 0; i < count; i++) {
             const entry *e = pass == 0 ? &conf->tab[i] : &conf->extra[i];
-            if (!has_prefix(e->key, prefix))
+            if (e->key == NULL || e->value == NULL || !has_prefix(e->key, prefix))
                 continue;
-            items[n].key = xstrdup(e->key + plen);
+            items[n].key = xstrdup(e->key + strip);
             items[n].value = xstrdup(e->value);
             n++;
             map->count = n;
@@ -1748,6 +1744,24 @@ fail:
         free(items);
     wxg_conf_map_free(map);
     return NULL;
+}
+
+wxg_conf_map_t *wxg_conf_plugin_map(const wxg_conf_t *conf, const char *plugin)
+{
+    char prefix[256];
+    if (conf == NULL || plugin == NULL)
+        return NULL;
+    int plen = snprintf(prefix, sizeof prefix, "plugin.%s.", plugin);
+    if (plen < 0 || (size_t)plen >= sizeof prefix)
+        return NULL;
+    return prefix_map(conf, prefix, (size_t)plen);
+}
+
+wxg_conf_map_t *wxg_conf_plugin_settings(const wxg_conf_t *conf)
+{
+    if (conf == NULL)
+        return NULL;
+    return prefix_map(conf, "plugin.", 0);
 }
 
 const char *wxg_conf_map_get(const wxg_conf_map_t *map, const char *key)

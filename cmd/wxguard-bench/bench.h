@@ -11,6 +11,7 @@
 int wxgb_guard_main(int argc, char **argv);
 int wxgb_e2e_main(int argc, char **argv);
 int wxgb_feed_main(int argc, char **argv);
+int wxgb_post_main(int argc, char **argv);
 
 /* One callback record of a generated stream (bench_kafka.c). */
 typedef struct wxgb_rec {
@@ -18,8 +19,17 @@ typedef struct wxgb_rec {
     uint64_t id;
     int conv;
     int format;      /* 0 wkteam, 1 GeWe, 2 generic */
+    int account;     /* bot wxid_benchbot<account+1>, 4 digits */
+    int text;        /* WXGB_TEXT_*: what the message says */
     const char *raw; /* when set, produced as is (poison input) */
 } wxgb_rec_t;
+
+/* Message texts: a plain numbered line, a greeting, a question about prices. */
+enum { WXGB_TEXT_PLAIN, WXGB_TEXT_HELLO, WXGB_TEXT_PRICE };
+
+/* The callback body of r in its format (wkteam: a group message; GeWe and generic: a private
+ * chat), content padded to about `size` bytes. Returns the length (0 when cap is too small). */
+size_t wxgb_render(char *buf, size_t cap, const wxgb_rec_t *r, size_t size);
 
 /* Fills recs with n records over `partitions` (by conversation), a share `dup_ratio` of them
  * copies of earlier ones; ids start at id_base; formats 1 = generic only, 3 = all three.

@@ -64,44 +64,51 @@ int wxgb_create_topic(const char *bootstrap, const char *topic, int partitions)
     return rc;
 }
 
-/* Writes callback record i (message id `id`, conversation `conv`) in one of the reference
- * formats into buf; pads the content to about `size` bytes. Returns the length. */
-static size_t render(char *buf, size_t cap, int format, uint64_t id, int conv, size_t size)
+size_t wxgb_render(char *buf, size_t cap, const wxgb_rec_t *r, size_t size)
 {
-    char content[4096];
-    int n = snprintf(content, sizeof content, "message %llu for conversation %d",
-                     (unsigned long long)id, conv);
+    char content[4096], bot[32];
+    int n;
+    snprintf(bot, sizeof bot, "wxid_benchbot%04d", r->account + 1);
+    if (r->text == WXGB_TEXT_HELLO)
+        n = snprintf(content, sizeof content, "你好");
+    else if (r->text == WXGB_TEXT_PRICE)
+        n = snprintf(content, sizeof content, "请问价格是多少？ (message %llu)",
+                     (unsigned long long)r->id);
+    else
+        n = snprintf(content, sizeof content, "message %llu for conversation %d",
+                     (unsigned long long)r->id, r->conv);
     size_t len = (size_t)n;
-    while (len + 1 < size && len + 1 < sizeof content)
+    while (r->text == WXGB_TEXT_PLAIN && len + 1 < size && len + 1 < sizeof content)
         content[len++] = 'x';
     content[len] = '\0';
-    switch (format) {
+    switch (r->format) {
     case 0: /* wkteam, a group message */
         n = snprintf(buf, cap,
-                     "{\"wcId\":\"wxid_benchbot0001\",\"messageType\":\"80001\",\"data\":{"
+                     "{\"wcId\":\"%s\",\"messageType\":\"80001\",\"data\":{"
                      "\"fromUser\":\"wxid_member%04d\",\"fromGroup\":\"%d@chatroom\","
-                     "\"toUser\":\"wxid_benchbot0001\",\"newMsgId\":%llu,\"timestamp\":1748140000,"
+                     "\"toUser\":\"%s\",\"newMsgId\":%llu,\"timestamp\":1748140000,"
                      "\"self\":false,\"content\":\"%s\"}}",
-                     conv % 50, 20000000 + conv, (unsigned long long)id, content);
+                     bot, r->conv % 50, 20000000 + r->conv, bot, (unsigned long long)r->id,
+                     content);
         break;
-    case 1: /* GeWe */
+    case 1: /* GeWe, a private chat */
         n = snprintf(buf, cap,
                      "{\"TypeName\":\"AddMsg\",\"Appid\":\"wx_BENCHAPPID_0001\","
-                     "\"Wxid\":\"wxid_benchbot0001\",\"Data\":{\"FromUserName\":{\"string\":"
-                     "\"wxid_peer%04d\"},\"ToUserName\":{\"string\":\"wxid_benchbot0001\"},"
+                     "\"Wxid\":\"%s\",\"Data\":{\"FromUserName\":{\"string\":"
+                     "\"wxid_peer%04d\"},\"ToUserName\":{\"string\":\"%s\"},"
                      "\"MsgType\":1,\"Content\":{\"string\":\"%s\"},\"CreateTime\":1705043418,"
                      "\"NewMsgId\":%llu}}",
-                     conv, content, (unsigned long long)id);
+                     bot, r->conv, bot, content, (unsigned long long)r->id);
         break;
-    default: /* generic */
+    default: /* generic, a private chat */
         n = snprintf(buf, cap,
-                     "{\"account\":\"wxid_benchbot0001\",\"msg_id\":\"%llu\","
+                     "{\"account\":\"%s\",\"msg_id\":\"%llu\","
                      "\"conversation\":\"conv%04d\",\"sender\":\"wxid_peer%04d\","
                      "\"create_time\":1700000000,\"type\":\"text\",\"content\":\"%s\"}",
-                     (unsigned long long)id, conv, conv, content);
+                     bot, (unsigned long long)r->id, r->conv, r->conv, content);
         break;
     }
-    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -137,10 +144,11 @@ int wxgb_produce(const char *bootstrap, const char *topic, const wxgb_rec_t *rec
             len = strlen(recs[i].raw);
             memcpy(buf, recs[i].raw, len);
         } else {
-            len = render(buf, size + 1024, recs[i].format, recs[i].id, recs[i].conv, size);
+            len = wxgb_render(buf, size + 1024, &recs[i], size);
         }
         char key[64];
-        int kl = snprintf(key, sizeof key, "wxid_benchbot0001:%d", recs[i].conv);
+        int kl =
+            snprintf(key, sizeof key, "wxid_benchbot%04d:%d", recs[i].account + 1, recs[i].conv);
         for (;;) {
             rd_kafka_resp_err_t e = rd_kafka_producev(
                 rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(recs[i].partition),

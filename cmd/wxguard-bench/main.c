@@ -4,6 +4,7 @@
  *   wxguard-bench guard [options]   Redis cost of the idempotency guard vs a naive design
  *   wxguard-bench e2e [options]     the consumer end to end vs a plain librdkafka consumer
  *   wxguard-bench feed [options]    load generator for the demo and manual runs
+ *   wxguard-bench post [options]    the same stream POSTed to wxguard-ingest over HTTP
  *
  * Each subcommand lives in its own file; this file only dispatches and holds small helpers.
  */
@@ -28,6 +29,8 @@ static const subcommand subcommands[] = {
      "end-to-end messages/s through wxguard-consumer (noop plugin) vs a plain librdkafka reader"},
     {"feed", wxgb_feed_main,
      "create topics, feed a stream of callbacks with duplicates, wait for a group, count"},
+    {"post", wxgb_post_main,
+     "POST a stream of callbacks with duplicates to wxguard-ingest over HTTP"},
 };
 
 int64_t wxgb_now_us(void)

@@ -77,52 +77,46 @@ static int producer_prop_wanted(const char *name)
     return strncmp(name, "sasl.", 5) == 0 || strncmp(name, "ssl.", 4) == 0;
 }
 
-/* Collects every plugin.<name>.* setting of the built-in plugins named in the chain. */
-static wxg_plugin_kv_t *plugin_settings(const wxg_conf_t *conf, const char *const *names,
-                                        size_t nnames, wxg_conf_map_t ***maps_out, char ***keys_out,
-                                        size_t *n_out)
+/* Every plugin.<name>.* setting, whatever the plugin: an external plugin's name is known only
+ * once the registry has loaded it, and the registry hands each plugin the keys under its
+ * descriptor's name. The kv array points into `map`. */
+static wxg_plugin_kv_t *plugin_settings(const wxg_conf_t *conf, wxg_conf_map_t **map_out)
 {
-    size_t n = 0, cap = 16;
-    wxg_plugin_kv_t *kv = calloc(cap, sizeof *kv);
-    char **keys = calloc(cap, sizeof *keys);
-    wxg_conf_map_t **maps = calloc(nnames + 1, sizeof *maps);
-    if (!kv || !keys || !maps)
-        goto fail;
-    for (size_t i = 0; i < nnames; i++) {
-        if (strchr(names[i], '/'))
-            continue; /* a shared object: it reads its own keys through plugin.<name>.* */
-        maps[i] = wxg_conf_plugin_map(conf, names[i]);
-        if (!maps[i])
-            goto fail;
-        for (size_t k = 0; k < maps[i]->count; k++) {
-            if (n == cap) {
-                cap *= 2;
-                wxg_plugin_kv_t *nkv = realloc(kv, cap * sizeof *kv);
-                if (nkv)
-                    kv = nkv;
-                char **nk = realloc(keys, cap * sizeof *keys);
-                if (nk)
-                    keys = nk;
-                if (!nkv || !nk)
-                    goto fail;
-            }
-            size_t len = strlen(names[i]) + strlen(maps[i]->items[k].key) + 9;
-            keys[n] = malloc(len);
-            if (!keys[n])
-                goto fail;
-            snprintf(keys[n], len, "plugin.%s.%s", names[i], maps[i]->items[k].key);
-            kv[n].key = keys[n];
-            kv[n].value = maps[i]->items[k].value;
-            n++;
-        }
+    wxg_conf_map_t *map = wxg_conf_plugin_settings(conf);
+    wxg_plugin_kv_t *kv = map ? calloc(map->count + 1, sizeof *kv) : NULL;
+    if (!kv) {
+        wxg_conf_map_free(map);
+        fprintf(stderr, "wxguard-consumer: out of memory\n");
+        exit(EXIT_FATAL);
     }
-    *maps_out = maps;
-    *keys_out = keys;
-    *n_out = n;
+    for (size_t i = 0; i < map->count; i++) {
+        kv[i].key = map->items[i].key;
+        kv[i].value = map->items[i].value;
+    }
+    *map_out = map;
     return kv;
-fail:
-    fprintf(stderr, "wxguard-consumer: out of memory\n");
-    exit(EXIT_FATAL);
+}
+
+/* Warns about settings for a plugin that is not in the chain (a typo in the name, or a plugin
+ * left out of `plugins`): nothing reads them. */
+static void warn_unused_plugin_settings(const wxg_conf_map_t *map, const wxg_plugin_chain_t *chain)
+{
+    for (size_t i = 0; i < map->count; i++) {
+        const char *name = map->items[i].key + 7; /* after "plugin." */
+        const char *dot = strchr(name, '.');
+        if (!dot)
+            continue;
+        size_t len = (size_t)(dot - name);
+        int used = 0;
+        for (size_t k = 0; k < wxg_plugin_chain_count(chain) && !used; k++) {
+            const char *cn = wxg_plugin_chain_name(chain, k);
+            used = strlen(cn) == len && strncmp(cn, name, len) == 0;
+        }
+        /* Declared keys carry defaults for every built-in; only keys someone set matter. */
+        if (!used && !wxg_conf_keydef_find(map->items[i].key))
+            wxg_log(WXG_LOG_WARN, "plugin_setting_unused", WXG_LS("key", map->items[i].key),
+                    WXG_LS("detail", "no plugin of that name in the chain"));
+    }
 }
 
 static char *join_list(const char *const *items, size_t n)
@@ -227,9 +221,7 @@ int main(int argc, char **argv)
     wxg_producer_t *producer = NULL;
     wxg_dlq_t *dlq = NULL;
     wxg_consumer_t *c = NULL;
-    wxg_conf_map_t **maps = NULL;
-    char **pkeys = NULL;
-    size_t npkv = 0;
+    wxg_conf_map_t *pmap = NULL;
     wxg_plugin_kv_t *pkv = NULL;
     char *spec = NULL;
     char prefix[80];
@@ -238,13 +230,14 @@ int main(int argc, char **argv)
     const char *const *plugins = NULL;
     size_t nplugins = wxg_conf_list(conf, "plugins", &plugins);
     spec = join_list(plugins, nplugins);
-    pkv = plugin_settings(conf, plugins, nplugins, &maps, &pkeys, &npkv);
-    int rc = wxg_plugin_chain_new(spec, pkv, npkv, &chain, err, sizeof err);
+    pkv = plugin_settings(conf, &pmap);
+    int rc = wxg_plugin_chain_new(spec, pkv, pmap->count, &chain, err, sizeof err);
     if (rc != 0) {
         wxg_log(WXG_LOG_ERROR, "plugin_chain_failed", WXG_LERR(rc), WXG_LS("reason", err));
         status = EXIT_USAGE;
         goto out;
     }
+    warn_unused_plugin_settings(pmap, chain);
 
     /* The producer for the dead-letter topic and for plugins. */
     rd_kafka_conf_t *kconf = wxg_conf_kafka(conf, err, sizeof err);
@@ -367,13 +360,8 @@ out:
     wxg_dlq_destroy(dlq);
     wxg_producer_destroy(producer, 5000);
     wxg_plugin_chain_destroy(chain);
-    for (size_t i = 0; maps && i < nplugins; i++)
-        wxg_conf_map_free(maps[i]);
-    free(maps);
-    for (size_t i = 0; pkeys && i < npkv; i++)
-        free(pkeys[i]);
-    free(pkeys);
     free(pkv);
+    wxg_conf_map_free(pmap);
     free(spec);
     wxg_conf_free(conf);
     return status;

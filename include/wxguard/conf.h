@@ -206,6 +206,12 @@ typedef struct wxg_conf_map {
 /* NULL on allocation failure (an empty map when the plugin has no keys). Free with
  * wxg_conf_map_free, which wipes secret values. */
 WXG_EXPORT wxg_conf_map_t *wxg_conf_plugin_map(const wxg_conf_t *conf, const char *plugin);
+/* Every plugin.<name>.<prop> setting of every plugin, keys kept whole (prefix included): the
+ * declared keys of the built-in plugins with their effective values, and every key set for a
+ * plugin wxguard does not know (an external plugin, whose name is only known once it is
+ * loaded). The plugin registry picks each plugin's keys by its descriptor's name. NULL on
+ * allocation failure; free with wxg_conf_map_free. */
+WXG_EXPORT wxg_conf_map_t *wxg_conf_plugin_settings(const wxg_conf_t *conf);
 WXG_EXPORT void wxg_conf_map_free(wxg_conf_map_t *map);
 /* The value of `key` (without prefix) or NULL. */
 WXG_EXPORT const char *wxg_conf_map_get(const wxg_conf_map_t *map, const char *key);

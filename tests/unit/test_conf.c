@@ -457,6 +457,38 @@ static void plugin_keys_form_a_sub_map_per_plugin(void **state)
     wxg_conf_free(c);
 }
 
+static void plugin_settings_keep_every_plugin_key_whole_for_the_registry(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    /* "example" is no built-in: its keys are accepted as they are, since only the loaded
+     * object knows its name and keys. */
+    assert_int_equal(load(c,
+                          "plugins = /opt/wxg/example.so\n"
+                          "plugin.example.prefix = hello\n"
+                          "plugin.example.db.dsn = postgresql://u:pw@db/x\n",
+                          err),
+                     0);
+    assert_int_equal(wxg_conf_set_arg(c, "plugin.example.topic=replies", err, sizeof err), 0);
+    wxg_conf_map_t *m = wxg_conf_plugin_settings(c);
+    assert_non_null(m);
+    assert_string_equal(wxg_conf_map_get(m, "plugin.example.prefix"), "hello");
+    assert_string_equal(wxg_conf_map_get(m, "plugin.example.topic"), "replies");
+    assert_string_equal(wxg_conf_map_get(m, "plugin.example.db.dsn"), "postgresql://u:pw@db/x");
+    /* The declared keys of the built-ins come with their defaults. */
+    assert_string_equal(wxg_conf_map_get(m, "plugin.record.path"), "");
+    for (size_t i = 0; i < m->count; i++) {
+        assert_true(strncmp(m->items[i].key, "plugin.", 7) == 0);
+        if (i > 0)
+            assert_true(strcmp(m->items[i - 1].key, m->items[i].key) < 0);
+    }
+    assert_null(wxg_conf_map_get(m, "plugins"));
+    wxg_conf_map_free(m);
+    assert_null(wxg_conf_plugin_settings(NULL));
+    wxg_conf_free(c);
+}
+
 static void load_reads_a_file_and_runs_every_source(void **state)
 {
     (void)state;
@@ -518,6 +550,7 @@ int main(void)
         cmocka_unit_test(environment_names_map_to_keys),
         cmocka_unit_test(kafka_keys_are_validated_by_librdkafka_and_passed_on),
         cmocka_unit_test(plugin_keys_form_a_sub_map_per_plugin),
+        cmocka_unit_test(plugin_settings_keep_every_plugin_key_whole_for_the_registry),
         cmocka_unit_test(load_reads_a_file_and_runs_every_source),
         cmocka_unit_test(reference_ranges_read_like_the_docs),
     };

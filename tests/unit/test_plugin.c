@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "testenv.h"
+#include "wxguard/conf.h"
 #include "wxguard/err.h"
 #include "wxguard/plugin_registry.h"
 
@@ -218,6 +219,61 @@ static void config_reaches_only_its_plugin_with_the_prefix_removed(void **state)
     assert_int_equal(wxg_plugin_chain_new(WXG_EXAMPLE_PLUGIN, bad, 1, &chain, err, sizeof err),
                      WXG_ECONFIG);
     assert_non_null(strstr(err, "plugin.example.prefx"));
+}
+
+/* The consumer's path for a plugin given by file: the configuration cannot know the plugin's
+ * name before the object is loaded, so every plugin.* setting goes to the registry, which picks
+ * the keys under the loaded descriptor's name (also from the environment). */
+static void external_plugin_loaded_by_path_gets_its_settings_from_the_configuration(void **state)
+{
+    (void)state;
+    char err[1024] = "";
+    const char *sets[] = {"plugins=" WXG_EXAMPLE_PLUGIN_A, "plugin.example_b.prefix=not-mine",
+                          "plugin.example.prefix=nor-this"};
+    const char *const env[] = {"WXG_PLUGIN__EXAMPLE_A__PREFIX=from-env", NULL};
+    wxg_conf_t *conf = wxg_conf_new(WXG_PROG_CONSUMER, err, sizeof err);
+    assert_non_null(conf);
+    assert_int_equal(wxg_conf_load_env(conf, env, err, sizeof err), 0);
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        if (wxg_conf_set_arg(conf, sets[i], err, sizeof err) != 0)
+            fail_msg("%s refused: %s", sets[i], err);
+    }
+    wxg_conf_map_t *map = wxg_conf_plugin_settings(conf);
+    assert_non_null(map);
+    wxg_plugin_kv_t *kv = calloc(map->count + 1, sizeof *kv);
+    assert_non_null(kv);
+    for (size_t i = 0; i < map->count; i++)
+        kv[i] = (wxg_plugin_kv_t){map->items[i].key, map->items[i].value};
+    wxg_plugin_chain_t *chain = chain_ok(WXG_EXAMPLE_PLUGIN_A, kv, map->count);
+    assert_string_equal(wxg_plugin_chain_name(chain, 0), "example_a");
+    msgbuf m;
+    make_msg(&m, "wxid_bot", "7301234567890123457", "hi", 2);
+    wxg_plugin_call_t call;
+    call_for(&call, 3, 1);
+    assert_int_equal(run1(chain, 0, &m, &call), WXG_PLUGIN_OK);
+    assert_true(call.has_result);
+    assert_string_equal(call.result, "from-env:wxid_bot:n:7301234567890123457:fence=3:attempt=1");
+    wxg_plugin_chain_destroy(chain);
+
+    /* A key the loaded plugin does not know, set in the configuration, stops start-up. */
+    assert_int_equal(wxg_conf_set_arg(conf, "plugin.example_a.prefx=typo", err, sizeof err), 0);
+    wxg_conf_map_free(map);
+    map = wxg_conf_plugin_settings(conf);
+    assert_non_null(map);
+    free(kv);
+    kv = calloc(map->count + 1, sizeof *kv);
+    assert_non_null(kv);
+    for (size_t i = 0; i < map->count; i++)
+        kv[i] = (wxg_plugin_kv_t){map->items[i].key, map->items[i].value};
+    chain = NULL;
+    assert_int_equal(
+        wxg_plugin_chain_new(WXG_EXAMPLE_PLUGIN_A, kv, map->count, &chain, err, sizeof err),
+        WXG_ECONFIG);
+    assert_null(chain);
+    assert_non_null(strstr(err, "plugin.example_a.prefx"));
+    free(kv);
+    wxg_conf_map_free(map);
+    wxg_conf_free(conf);
 }
 
 static void external_plugin_sees_the_context_and_its_earlier_result(void **state)
@@ -790,6 +846,7 @@ int main(void)
         cmocka_unit_test(chain_keeps_the_configured_order_and_trims_blanks),
         cmocka_unit_test(empty_entries_and_duplicate_names_are_refused),
         cmocka_unit_test(config_reaches_only_its_plugin_with_the_prefix_removed),
+        cmocka_unit_test(external_plugin_loaded_by_path_gets_its_settings_from_the_configuration),
         cmocka_unit_test(external_plugin_sees_the_context_and_its_earlier_result),
         cmocka_unit_test(lifecycle_runs_in_chain_order_and_unwinds_in_reverse),
         cmocka_unit_test(init_failure_destroys_the_plugins_already_initialised),
