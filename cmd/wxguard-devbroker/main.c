@@ -37,6 +37,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_USAGE   2
@@ -47,6 +48,7 @@
 #define LINE_MAX_   1024
 #define MAX_ARGS    32
 #define MAX_ERRS    256
+#define MAX_LATER   64
 
 static volatile sig_atomic_t stop_requested;
 
@@ -88,6 +90,8 @@ static void usage(FILE *out)
             "  error-count ID API                  pending per-broker errors for API\n"
             "  topic-error TOPIC ERR               error returned in Metadata for a topic\n"
             "  apiversion API MIN MAX              limit an API's versions (-1 -1 disables)\n"
+            "  after MS COMMAND                    run COMMAND MS milliseconds from now (its\n"
+            "                                      answer goes to stderr)\n"
             "  bootstrap | help | shutdown\n"
             "API is a name (OffsetCommit, Fetch, Heartbeat, ...) or a number; ERR is a Kafka\n"
             "error name with or without RD_KAFKA_RESP_ERR_ (REBALANCE_IN_PROGRESS, _TRANSPORT)\n"
@@ -165,10 +169,26 @@ static int parse_err(const char *s, rd_kafka_resp_err_t *out)
 
 /* ---- commands ---- */
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A command scheduled by "after": lets a test start a fault and its end in one breath, e.g.
+ * make a partition leaderless now and give it a leader again in five seconds, while the test
+ * itself is blocked producing to that partition. */
+typedef struct later {
+    int64_t due_ms; /* 0: free slot */
+    char line[LINE_MAX_];
+} later;
+
 typedef struct devbroker {
     rd_kafka_t *rk;
     rd_kafka_mock_cluster_t *mc;
     int brokers;
+    later later[MAX_LATER];
 } devbroker;
 
 /* Writes the answer for one command into `ans`. Returns 1 when the command asks to stop. */
@@ -194,11 +214,32 @@ static int run_command(devbroker *d, char *line, char *ans, size_t ans_size)
         return 0;
     }
     const char *cmd = argv[0];
-    if (strcmp(cmd, "help") == 0) {
+    if (strcmp(cmd, "after") == 0 && argc >= 3) {
+        if (parse_int(argv[1], 0, 86400000, &a))
+            goto bad_args;
+        later *slot = NULL;
+        for (int i = 0; i < MAX_LATER && !slot; i++)
+            if (d->later[i].due_ms == 0)
+                slot = &d->later[i];
+        if (!slot) {
+            snprintf(ans, ans_size, "error: too many scheduled commands (%d)", MAX_LATER);
+            return 0;
+        }
+        /* Rebuild the rest of the line from its words (the parse cut it into pieces). */
+        size_t off = 0;
+        for (int i = 2; i < argc && off < sizeof slot->line; i++) {
+            int w = snprintf(slot->line + off, sizeof slot->line - off, "%s%s", i > 2 ? " " : "",
+                             argv[i]);
+            off += w > 0 ? (size_t)w : 0;
+        }
+        slot->due_ms = mono_ms() + a;
+        if (slot->due_ms == 0)
+            slot->due_ms = 1;
+    } else if (strcmp(cmd, "help") == 0) {
         snprintf(ans, ans_size,
                  "ok commands: topic, broker down|up, rtt, rack, coordinator, leader, follower, "
                  "errors, broker-errors, clear-errors, error-count, topic-error, apiversion, "
-                 "bootstrap, shutdown");
+                 "after, bootstrap, shutdown");
     } else if (strcmp(cmd, "bootstrap") == 0 && argc == 1) {
         snprintf(ans, ans_size, "ok %s", rd_kafka_mock_cluster_bootstraps(d->mc));
     } else if (strcmp(cmd, "shutdown") == 0 && argc == 1) {
@@ -544,8 +585,24 @@ int main(int argc, char **argv)
             pfd[n] = (struct pollfd){.fd = lfd, .events = POLLIN};
             idx[n++] = -1;
         }
+        int64_t now = mono_ms(), wait_ms = 1000;
+        for (int i = 0; i < MAX_LATER; i++) {
+            if (d.later[i].due_ms && d.later[i].due_ms - now < wait_ms)
+                wait_ms = d.later[i].due_ms > now ? d.later[i].due_ms - now : 0;
+        }
         /* Without any channel (stdin closed, no socket) this just waits for a signal. */
-        int pr = poll(pfd, n, 1000);
+        int pr = poll(pfd, n, (int)wait_ms);
+        now = mono_ms();
+        for (int i = 0; i < MAX_LATER && !stop_requested; i++) {
+            if (!d.later[i].due_ms || d.later[i].due_ms > now)
+                continue;
+            char line[LINE_MAX_], ans[LINE_MAX_];
+            memcpy(line, d.later[i].line, sizeof line);
+            d.later[i].due_ms = 0;
+            if (run_command(&d, line, ans, sizeof ans))
+                stop_requested = 1;
+            fprintf(stderr, "wxguard-devbroker: after: %s: %s\n", d.later[i].line, ans);
+        }
         if (pr <= 0)
             continue;
         for (nfds_t i = 0; i < n && !stop_requested; i++) {
