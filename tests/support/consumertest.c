@@ -27,7 +27,7 @@
 
 #define ACCOUNT "wxid_ctbot0001"
 
-void wxg_ct_setup(wxg_ct_t *t, const char *tag, int partitions)
+void wxg_ct_init(wxg_ct_t *t, const char *tag, int partitions)
 {
     memset(t, 0, sizeof *t);
     assert_true(partitions > 0 && partitions <= WXG_CT_MAX_PARTS);
@@ -46,6 +46,11 @@ void wxg_ct_setup(wxg_ct_t *t, const char *tag, int partitions)
     snprintf(t->config, sizeof t->config, "%s/consumer.conf", t->dir);
     t->redis_host = wxg_test_redis_host();
     t->redis_port = wxg_test_redis_port();
+}
+
+void wxg_ct_setup(wxg_ct_t *t, const char *tag, int partitions)
+{
+    wxg_ct_init(t, tag, partitions);
     wxg_test_kafka_create_topic(t->topic, partitions);
     wxg_test_kafka_create_topic(t->dlq, 1);
 }

@@ -34,6 +34,10 @@ typedef struct wxg_ct {
 /* Creates the topics (partitions, and 1 for the DLQ) and the temp dir. */
 void wxg_ct_setup(wxg_ct_t *t, const char *tag, int partitions);
 
+/* Like wxg_ct_setup() but creates no topics: for brokers without the CreateTopics API (the
+ * development broker, whose topics the test creates with its "topic" command). */
+void wxg_ct_init(wxg_ct_t *t, const char *tag, int partitions);
+
 /* Stops every replica still running (SIGKILL), removes the temp dir, frees the names. */
 void wxg_ct_teardown(wxg_ct_t *t);
 
