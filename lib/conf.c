@@ -32,6 +32,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "err_int.h"
 #include "wxguard/err.h"
 
 extern char **environ;
@@ -282,18 +283,6 @@ struct wxg_conf_s {
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
-
-static void errf(char *errstr, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void errf(char *errstr, size_t size, const char *fmt, ...)
-{
-    if (errstr == NULL || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, size, fmt, ap);
-    va_end(ap);
-}
 
 static char *xstrndup(const char *s, size_t n)
 {
@@ -749,9 +738,10 @@ static int check_key_prefix(const char *value, char *errstr, size_t errstr_size)
     for (const char *p = value; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (!(isalnum(c) || c == '_' || c == '-' || c == '.' || c == ':')) {
-            errf(errstr, errstr_size,
-                 "may hold only letters, digits, '_', '-', '.' and ':' (it becomes part of Redis "
-                 "keys and SCAN patterns)");
+            wxg__errf(
+                errstr, errstr_size,
+                "may hold only letters, digits, '_', '-', '.' and ':' (it becomes part of Redis "
+                "keys and SCAN patterns)");
             return WXG_ECONFIG;
         }
     }
@@ -764,8 +754,8 @@ static int check_topic_chars(const char *value, const char *extra, char *errstr,
     for (const char *p = value; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (!(isalnum(c) || c == '_' || c == '-' || c == '.' || strchr(extra, c) != NULL)) {
-            errf(errstr, errstr_size,
-                 "a topic name may hold only letters, digits, '.', '_' and '-'");
+            wxg__errf(errstr, errstr_size,
+                      "a topic name may hold only letters, digits, '.', '_' and '-'");
             return WXG_ECONFIG;
         }
     }
@@ -884,24 +874,25 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
     switch (def->type) {
     case WXG_CONF_STRING:
         if (def->min > 0 && len < (size_t)def->min) {
-            errf(errstr, errstr_size, "must not be empty");
+            wxg__errf(errstr, errstr_size, "must not be empty");
             return WXG_ECONFIG;
         }
         if (def->max > 0 && len > (size_t)def->max) {
-            errf(errstr, errstr_size, "%s is longer than %lld bytes", echo, (long long)def->max);
+            wxg__errf(errstr, errstr_size, "%s is longer than %lld bytes", echo,
+                      (long long)def->max);
             return WXG_ECONFIG;
         }
         break;
     case WXG_CONF_INT:
         if (wxg_conf_parse_int(value, &v) != 0) {
-            errf(errstr, errstr_size, "%s is not an integer", echo);
+            wxg__errf(errstr, errstr_size, "%s is not an integer", echo);
             return WXG_ECONFIG;
         }
         break;
     case WXG_CONF_BOOL:
         if (wxg_conf_parse_bool(value, &b) != 0) {
-            errf(errstr, errstr_size, "%s is not a boolean (true/false, yes/no, on/off, 1/0)",
-                 echo);
+            wxg__errf(errstr, errstr_size, "%s is not a boolean (true/false, yes/no, on/off, 1/0)",
+                      echo);
             return WXG_ECONFIG;
         }
         v = b;
@@ -909,25 +900,26 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
     case WXG_CONF_DURATION: {
         int bare_ok = ends_with(def->name, ".ms");
         if (wxg_conf_parse_duration_ms(value, bare_ok, &v) != 0) {
-            errf(errstr, errstr_size,
-                 "%s is not a duration (a whole number with a unit: ms, s, m, h, d%s)", echo,
-                 bare_ok ? "; a bare number means ms" : "");
+            wxg__errf(errstr, errstr_size,
+                      "%s is not a duration (a whole number with a unit: ms, s, m, h, d%s)", echo,
+                      bare_ok ? "; a bare number means ms" : "");
             return WXG_ECONFIG;
         }
         break;
     }
     case WXG_CONF_SIZE:
         if (wxg_conf_parse_size(value, &v) != 0) {
-            errf(errstr, errstr_size,
-                 "%s is not a size (a whole number of bytes, optionally with K, KiB, M, MiB, G or "
-                 "GiB)",
-                 echo);
+            wxg__errf(
+                errstr, errstr_size,
+                "%s is not a size (a whole number of bytes, optionally with K, KiB, M, MiB, G or "
+                "GiB)",
+                echo);
             return WXG_ECONFIG;
         }
         break;
     case WXG_CONF_ENUM:
         if (!enum_allows(def->allowed, value)) {
-            errf(errstr, errstr_size, "%s is not one of %s", echo, range);
+            wxg__errf(errstr, errstr_size, "%s is not one of %s", echo, range);
             return WXG_ECONFIG;
         }
         break;
@@ -937,8 +929,8 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
         if (len == 0)
             break; /* "off"; wxg_conf_check refuses it for a required key */
         if (wxg_conf_parse_addr(value, host, sizeof host, &port) != 0) {
-            errf(errstr, errstr_size,
-                 "%s is not host:port (port 0..65535; an IPv6 address in brackets)", echo);
+            wxg__errf(errstr, errstr_size,
+                      "%s is not host:port (port 0..65535; an IPv6 address in brackets)", echo);
             return WXG_ECONFIG;
         }
         break;
@@ -948,20 +940,20 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
         if (rc == WXG_ENOMEM)
             return rc;
         if (rc != 0) {
-            errf(errstr, errstr_size, "%s has an empty item", echo);
+            wxg__errf(errstr, errstr_size, "%s has an empty item", echo);
             return WXG_ECONFIG;
         }
         /* An empty list of a required key is reported by wxg_conf_check, so that the default
          * "" can stand until every source is loaded. */
         if (*nitems != 0 &&
             ((int64_t)*nitems < def->min || (def->max > 0 && (int64_t)*nitems > def->max))) {
-            errf(errstr, errstr_size, "%s has %zu items; allowed: %s", echo, *nitems, range);
+            wxg__errf(errstr, errstr_size, "%s has %zu items; allowed: %s", echo, *nitems, range);
             goto fail_list;
         }
         for (size_t i = 0; i < *nitems; i++) {
             for (size_t j = i + 1; j < *nitems; j++) {
                 if (strcmp((*items)[i], (*items)[j]) == 0) {
-                    errf(errstr, errstr_size, "%s names \"%s\" twice", echo, (*items)[i]);
+                    wxg__errf(errstr, errstr_size, "%s names \"%s\" twice", echo, (*items)[i]);
                     goto fail_list;
                 }
             }
@@ -979,14 +971,14 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
 
     if (def->type == WXG_CONF_INT || def->type == WXG_CONF_DURATION || def->type == WXG_CONF_SIZE) {
         if (v < def->min || v > def->max) {
-            errf(errstr, errstr_size, "%s is out of range (%s)", echo, range);
+            wxg__errf(errstr, errstr_size, "%s is out of range (%s)", echo, range);
             return WXG_ECONFIG;
         }
     }
     if (def->check != NULL && len > 0) {
         char why[256] = "";
         if (def->check(value, why, sizeof why) != 0) {
-            errf(errstr, errstr_size, "%s: %s", echo, why);
+            wxg__errf(errstr, errstr_size, "%s: %s", echo, why);
             free_items(&(entry){.items = *items, .nitems = *nitems});
             *items = NULL;
             *nitems = 0;
@@ -1034,7 +1026,7 @@ static int kafka_validate(wxg_conf_t *conf, const char *key, const char *value, 
     char why[512] = "";
     for (size_t i = 0; i < sizeof kafka_reserved / sizeof kafka_reserved[0]; i++) {
         if (strcmp(prop, kafka_reserved[i].prop) == 0) {
-            errf(errstr, errstr_size, "%s: cannot be set: %s", key, kafka_reserved[i].why);
+            wxg__errf(errstr, errstr_size, "%s: cannot be set: %s", key, kafka_reserved[i].why);
             return WXG_ECONFIG;
         }
     }
@@ -1047,11 +1039,11 @@ static int kafka_validate(wxg_conf_t *conf, const char *key, const char *value, 
     if (res == RD_KAFKA_CONF_OK)
         return 0;
     if (res == RD_KAFKA_CONF_UNKNOWN) {
-        errf(errstr, errstr_size, "%s: librdkafka has no property \"%s\"", key, prop);
+        wxg__errf(errstr, errstr_size, "%s: librdkafka has no property \"%s\"", key, prop);
     } else if (secret) {
-        errf(errstr, errstr_size, "%s: librdkafka refused the value", key);
+        wxg__errf(errstr, errstr_size, "%s: librdkafka refused the value", key);
     } else {
-        errf(errstr, errstr_size, "%s: librdkafka refused the value: %s", key, why);
+        wxg__errf(errstr, errstr_size, "%s: librdkafka refused the value: %s", key, why);
     }
     return WXG_ECONFIG;
 }
@@ -1069,7 +1061,7 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
     entry fresh = {0};
 
     if (key == NULL || value == NULL) {
-        errf(errstr, errstr_size, "missing key or value (%s)", origin);
+        wxg__errf(errstr, errstr_size, "missing key or value (%s)", origin);
         return WXG_ECONFIG;
     }
     size_t klen = strlen(key);
@@ -1079,19 +1071,20 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
     if (!key_ok) {
         char echo[ECHO_MAX + 16];
         echo_value(key, echo, sizeof echo);
-        errf(errstr, errstr_size, "invalid configuration key %s (%s)", echo, origin);
+        wxg__errf(errstr, errstr_size, "invalid configuration key %s (%s)", echo, origin);
         return WXG_ECONFIG;
     }
     int secret = wxg_conf_key_is_secret(key);
     if (strlen(value) > VALUE_MAX) {
-        errf(errstr, errstr_size, "%s: the value is longer than %d bytes (%s)", key, VALUE_MAX,
-             origin);
+        wxg__errf(errstr, errstr_size, "%s: the value is longer than %d bytes (%s)", key, VALUE_MAX,
+                  origin);
         return WXG_ECONFIG;
     }
     for (const char *p = value; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c < 0x20 || c == 0x7f) {
-            errf(errstr, errstr_size, "%s: the value holds a control character (%s)", key, origin);
+            wxg__errf(errstr, errstr_size, "%s: the value holds a control character (%s)", key,
+                      origin);
             return WXG_ECONFIG;
         }
     }
@@ -1103,13 +1096,13 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
         if (rc == WXG_ENOMEM)
             return rc;
         if (rc != 0) {
-            errf(errstr, errstr_size, "%s: %s (%s)", key, why, origin);
+            wxg__errf(errstr, errstr_size, "%s: %s (%s)", key, why, origin);
             return rc;
         }
         if (has_prefix(key, "kafka.") && *value != '\0') {
             rc = kafka_validate(conf, key, value, secret, why, sizeof why);
             if (rc != 0) {
-                errf(errstr, errstr_size, "%s (%s)", why, origin);
+                wxg__errf(errstr, errstr_size, "%s (%s)", why, origin);
                 goto out;
             }
         }
@@ -1122,7 +1115,7 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
     } else if (has_prefix(key, "kafka.") && klen > 6) {
         rc = kafka_validate(conf, key, value, secret, why, sizeof why);
         if (rc != 0) {
-            errf(errstr, errstr_size, "%s (%s)", why, origin);
+            wxg__errf(errstr, errstr_size, "%s (%s)", why, origin);
             goto out;
         }
         e = extra_find(conf, key);
@@ -1130,21 +1123,21 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
         const char *name = key + 7;
         const char *dot = strchr(name, '.');
         if (dot == NULL || dot == name || dot[1] == '\0') {
-            errf(errstr, errstr_size, "%s: a plugin key is written plugin.<name>.<property> (%s)",
-                 key, origin);
+            wxg__errf(errstr, errstr_size,
+                      "%s: a plugin key is written plugin.<name>.<property> (%s)", key, origin);
             return WXG_ECONFIG;
         }
         if (plugin_has_declared_keys(key, (size_t)(dot - key))) {
             const char *s = suggest(key);
-            errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
-                 s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
+            wxg__errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key,
+                      origin, s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
             return WXG_ECONFIG;
         }
         e = extra_find(conf, key);
     } else {
         const char *s = suggest(key);
-        errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
-             s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
+        wxg__errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
+                  s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
         return WXG_ECONFIG;
     }
 
@@ -1153,7 +1146,8 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
             goto out; /* a higher source already set it; the value was still checked */
         if (e->rank == rank && rank != RANK_DEFAULT) {
             if (rank == RANK_FILE && e->srcid == srcid) {
-                errf(errstr, errstr_size, "%s is set twice: %s and %s", key, e->origin, origin);
+                wxg__errf(errstr, errstr_size, "%s is set twice: %s and %s", key, e->origin,
+                          origin);
                 rc = WXG_ECONFIG;
                 goto out;
             }
@@ -1213,7 +1207,7 @@ wxg_conf_t *wxg_conf_new(unsigned program, char *errstr, size_t errstr_size)
 {
     wxg_conf_t *conf = calloc(1, sizeof *conf);
     if (conf == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return NULL;
     }
     conf->program = program;
@@ -1254,22 +1248,22 @@ int wxg_conf_load_string(wxg_conf_t *conf, const char *text, size_t len, const c
 {
     int rc = 0;
     if (conf == NULL || text == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return WXG_EINVAL;
     }
     if (origin == NULL)
         origin = "(text)";
     if (len > FILE_MAX) {
-        errf(errstr, errstr_size, "%s: larger than %d bytes", origin, FILE_MAX);
+        wxg__errf(errstr, errstr_size, "%s: larger than %d bytes", origin, FILE_MAX);
         return WXG_ECONFIG;
     }
     if (memchr(text, '\0', len) != NULL) {
-        errf(errstr, errstr_size, "%s: holds a NUL byte (not a text file)", origin);
+        wxg__errf(errstr, errstr_size, "%s: holds a NUL byte (not a text file)", origin);
         return WXG_ECONFIG;
     }
     char *copy = xstrndup(text, len);
     if (copy == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     int srcid = conf->next_srcid++;
@@ -1288,7 +1282,7 @@ int wxg_conf_load_string(wxg_conf_t *conf, const char *text, size_t len, const c
         snprintf(where, sizeof where, "file %s:%zu", origin, lineno);
         char *eq = strchr(s, '=');
         if (eq == NULL) {
-            errf(errstr, errstr_size, "%s: expected key = value", where);
+            wxg__errf(errstr, errstr_size, "%s: expected key = value", where);
             rc = WXG_ECONFIG;
             break;
         }
@@ -1310,23 +1304,23 @@ int wxg_conf_load_file(wxg_conf_t *conf, const char *path, char *errstr, size_t 
     char *buf = NULL;
     size_t len = 0;
     if (conf == NULL || path == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return WXG_EINVAL;
     }
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        errf(errstr, errstr_size, "%s: cannot open: %s", path, strerror(errno));
+        wxg__errf(errstr, errstr_size, "%s: cannot open: %s", path, strerror(errno));
         return WXG_EIO;
     }
     buf = malloc(FILE_MAX + 1);
     if (buf == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         rc = WXG_ENOMEM;
         goto out;
     }
     len = fread(buf, 1, FILE_MAX + 1, f);
     if (ferror(f)) {
-        errf(errstr, errstr_size, "%s: read error", path);
+        wxg__errf(errstr, errstr_size, "%s: read error", path);
         rc = WXG_EIO;
         goto out;
     }
@@ -1379,7 +1373,7 @@ int wxg_conf_load_env(wxg_conf_t *conf, const char *const *envp, char *errstr, s
 {
     int rc = 0;
     if (conf == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return WXG_EINVAL;
     }
     if (envp == NULL)
@@ -1438,7 +1432,7 @@ int wxg_conf_set(wxg_conf_t *conf, const char *key, const char *value, char *err
                  size_t errstr_size)
 {
     if (conf == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return WXG_EINVAL;
     }
     if (conf->cli_srcid < 0)
@@ -1449,19 +1443,19 @@ int wxg_conf_set(wxg_conf_t *conf, const char *key, const char *value, char *err
 int wxg_conf_set_arg(wxg_conf_t *conf, const char *arg, char *errstr, size_t errstr_size)
 {
     if (conf == NULL || arg == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return WXG_EINVAL;
     }
     const char *eq = strchr(arg, '=');
     if (eq == NULL) {
         char echo[ECHO_MAX + 16];
         echo_value(arg, echo, sizeof echo);
-        errf(errstr, errstr_size, "--set %s: expected key=value", echo);
+        wxg__errf(errstr, errstr_size, "--set %s: expected key=value", echo);
         return WXG_ECONFIG;
     }
     char *key = xstrndup(arg, (size_t)(eq - arg));
     if (key == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     int rc = wxg_conf_set(conf, trim(key), eq + 1, errstr, errstr_size);
@@ -1482,7 +1476,7 @@ static const entry *lookup(const wxg_conf_t *conf, const char *key)
 int wxg_conf_check(wxg_conf_t *conf, char *errstr, size_t errstr_size)
 {
     if (conf == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return WXG_EINVAL;
     }
     for (size_t i = 0; i < NKEYS; i++) {
@@ -1493,9 +1487,9 @@ int wxg_conf_check(wxg_conf_t *conf, char *errstr, size_t errstr_size)
         if (e->value[0] == '\0') {
             char en[256];
             env_name(def->name, en, sizeof en);
-            errf(errstr, errstr_size,
-                 "%s: required but not set (set it in the file, with %s or with --set %s=...)",
-                 def->name, en, def->name);
+            wxg__errf(errstr, errstr_size,
+                      "%s: required but not set (set it in the file, with %s or with --set %s=...)",
+                      def->name, en, def->name);
             return WXG_ECONFIG;
         }
     }
@@ -1503,19 +1497,19 @@ int wxg_conf_check(wxg_conf_t *conf, char *errstr, size_t errstr_size)
         int64_t lo = wxg_conf_int(conf, "consumer.retry.backoff.initial.ms");
         int64_t hi = wxg_conf_int(conf, "consumer.retry.backoff.max.ms");
         if (lo > hi) {
-            errf(errstr, errstr_size,
-                 "consumer.retry.backoff.initial.ms (%s) is larger than "
-                 "consumer.retry.backoff.max.ms (%s)",
-                 wxg_conf_get(conf, "consumer.retry.backoff.initial.ms"),
-                 wxg_conf_get(conf, "consumer.retry.backoff.max.ms"));
+            wxg__errf(errstr, errstr_size,
+                      "consumer.retry.backoff.initial.ms (%s) is larger than "
+                      "consumer.retry.backoff.max.ms (%s)",
+                      wxg_conf_get(conf, "consumer.retry.backoff.initial.ms"),
+                      wxg_conf_get(conf, "consumer.retry.backoff.max.ms"));
             return WXG_ECONFIG;
         }
         if (wxg_conf_int(conf, "consumer.batch.max") >
             wxg_conf_int(conf, "consumer.queue.capacity")) {
-            errf(errstr, errstr_size,
-                 "consumer.batch.max (%s) is larger than consumer.queue.capacity (%s)",
-                 wxg_conf_get(conf, "consumer.batch.max"),
-                 wxg_conf_get(conf, "consumer.queue.capacity"));
+            wxg__errf(errstr, errstr_size,
+                      "consumer.batch.max (%s) is larger than consumer.queue.capacity (%s)",
+                      wxg_conf_get(conf, "consumer.batch.max"),
+                      wxg_conf_get(conf, "consumer.queue.capacity"));
             return WXG_ECONFIG;
         }
     }
@@ -1663,8 +1657,8 @@ static int kafka_apply(rd_kafka_conf_t *rk, const entry *e, char *errstr, size_t
     if (!has_prefix(e->key, "kafka.") || e->value[0] == '\0')
         return 0;
     if (rd_kafka_conf_set(rk, e->key + 6, e->value, why, sizeof why) != RD_KAFKA_CONF_OK) {
-        errf(errstr, errstr_size, "%s: librdkafka refused the value%s%s", e->key,
-             e->secret ? "" : ": ", e->secret ? "" : why);
+        wxg__errf(errstr, errstr_size, "%s: librdkafka refused the value%s%s", e->key,
+                  e->secret ? "" : ": ", e->secret ? "" : why);
         return WXG_ECONFIG;
     }
     return 0;
@@ -1673,12 +1667,12 @@ static int kafka_apply(rd_kafka_conf_t *rk, const entry *e, char *errstr, size_t
 struct rd_kafka_conf_s *wxg_conf_kafka(const wxg_conf_t *conf, char *errstr, size_t errstr_size)
 {
     if (conf == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return NULL;
     }
     rd_kafka_conf_t *rk = rd_kafka_conf_new();
     if (rk == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return NULL;
     }
     for (size_t i = 0; i < NKEYS; i++) {

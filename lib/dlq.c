@@ -49,13 +49,13 @@
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "err_int.h"
 #include "wxguard/err.h"
 
 struct wxg_producer_s {
@@ -87,19 +87,6 @@ typedef struct completion {
     int64_t offset;
     char errmsg[160];
 } completion;
-
-static void set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-    if (!errstr || errstr_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, errstr_size, fmt, ap);
-    va_end(ap);
-}
 
 static int64_t mono_ms(void)
 {
@@ -213,21 +200,21 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
     rd_kafka_conf_t *conf = NULL;
     wxg_producer_t *p = calloc(1, sizeof *p);
     if (!p) {
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return NULL;
     }
     if (pthread_mutex_init(&p->lock, NULL) != 0) {
-        set_err(errstr, errstr_size, "cannot create a mutex");
+        wxg__errf(errstr, errstr_size, "cannot create a mutex");
         goto fail_mutex;
     }
     if (pthread_condattr_init(&p->cattr) != 0 ||
         pthread_condattr_setclock(&p->cattr, CLOCK_MONOTONIC) != 0) {
-        set_err(errstr, errstr_size, "cannot set up condition variables");
+        wxg__errf(errstr, errstr_size, "cannot set up condition variables");
         goto fail_cattr;
     }
     conf = rd_kafka_conf_new();
     if (!conf) {
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         goto fail_conf;
     }
     /* wxguard's defaults first, then the caller's properties on top of them. */
@@ -240,44 +227,45 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, rkerr, sizeof rkerr) !=
             RD_KAFKA_CONF_OK) {
-            set_err(errstr, errstr_size, "kafka property %s: %s", defaults[i].name, rkerr);
+            wxg__errf(errstr, errstr_size, "kafka property %s: %s", defaults[i].name, rkerr);
             goto fail_set;
         }
     }
     for (size_t i = 0; i < n; i++) {
         if (!props[i].name || !props[i].value) {
-            set_err(errstr, errstr_size, "kafka property %zu has no name or value", i);
+            wxg__errf(errstr, errstr_size, "kafka property %zu has no name or value", i);
             goto fail_set;
         }
         if (rd_kafka_conf_set(conf, props[i].name, props[i].value, rkerr, sizeof rkerr) !=
             RD_KAFKA_CONF_OK) {
-            set_err(errstr, errstr_size, "kafka property %s: %s", props[i].name, rkerr);
+            wxg__errf(errstr, errstr_size, "kafka property %s: %s", props[i].name, rkerr);
             goto fail_set;
         }
     }
     /* Read the effective values back, so that aliases (delivery.timeout.ms,
      * request.required.acks) cannot slip past these checks. */
     if (conf_value(conf, "enable.idempotence", buf, sizeof buf) != 0 || strcmp(buf, "true") != 0) {
-        set_err(errstr, errstr_size,
-                "kafka property enable.idempotence: the producer must be idempotent (true)");
+        wxg__errf(errstr, errstr_size,
+                  "kafka property enable.idempotence: the producer must be idempotent (true)");
         goto fail_set;
     }
     if (conf_value(conf, "acks", buf, sizeof buf) != 0 ||
         (strcmp(buf, "-1") != 0 && strcmp(buf, "all") != 0)) {
-        set_err(errstr, errstr_size,
-                "kafka property acks: the producer must wait for all in-sync replicas (all)");
+        wxg__errf(errstr, errstr_size,
+                  "kafka property acks: the producer must wait for all in-sync replicas (all)");
         goto fail_set;
     }
     if (conf_value(conf, "message.timeout.ms", buf, sizeof buf) != 0) {
-        set_err(errstr, errstr_size, "kafka property message.timeout.ms cannot be read");
+        wxg__errf(errstr, errstr_size, "kafka property message.timeout.ms cannot be read");
         goto fail_set;
     }
     char *end = NULL;
     errno = 0;
     long long tmo = strtoll(buf, &end, 10);
     if (errno != 0 || *end != '\0' || tmo <= 0 || tmo > INT32_MAX - 2 * 86400000LL) {
-        set_err(errstr, errstr_size,
-                "kafka property message.timeout.ms: '%s' must be a bounded time in ms (> 0)", buf);
+        wxg__errf(errstr, errstr_size,
+                  "kafka property message.timeout.ms: '%s' must be a bounded time in ms (> 0)",
+                  buf);
         goto fail_set;
     }
     p->delivery_timeout_ms = (int)tmo;
@@ -288,12 +276,12 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
     atomic_init(&p->brokers_up, -1);
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, rkerr, sizeof rkerr);
     if (!p->rk) {
-        set_err(errstr, errstr_size, "cannot create the Kafka producer: %s", rkerr);
+        wxg__errf(errstr, errstr_size, "cannot create the Kafka producer: %s", rkerr);
         goto fail_set;
     }
     conf = NULL; /* now owned by rk */
     if (pthread_create(&p->poller, NULL, poll_main, p) != 0) {
-        set_err(errstr, errstr_size, "cannot start the delivery-report thread");
+        wxg__errf(errstr, errstr_size, "cannot start the delivery-report thread");
         goto fail_thread;
     }
     return p;
@@ -352,8 +340,8 @@ static void report(wxg_producer_t *p, char *errstr, size_t errstr_size, const ch
     pthread_mutex_lock(&p->lock);
     snprintf(last, sizeof last, "%s", p->last_error);
     pthread_mutex_unlock(&p->lock);
-    set_err(errstr, errstr_size, "delivery to topic '%s' failed: %s%s%s%s", topic, detail,
-            last[0] ? " (last client error: " : "", last, last[0] ? ")" : "");
+    wxg__errf(errstr, errstr_size, "delivery to topic '%s' failed: %s%s%s%s", topic, detail,
+              last[0] ? " (last client error: " : "", last, last[0] ? ")" : "");
 }
 
 int wxg_producer_send(wxg_producer_t *p, const char *topic, int32_t partition, const void *key,
@@ -372,17 +360,18 @@ int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic, 
 {
     if (!p || !topic || !*topic || (!key && key_len) || (!value && value_len) ||
         (!headers && header_count) || partition < WXG_PARTITION_ANY || wait_ms < 0) {
-        set_err(errstr, errstr_size, "invalid arguments to the producer");
+        wxg__errf(errstr, errstr_size, "invalid arguments to the producer");
         return WXG_EINVAL;
     }
     for (size_t i = 0; i < header_count; i++) {
         if (!headers[i].name || (!headers[i].value && headers[i].value_len)) {
-            set_err(errstr, errstr_size, "header %zu has no name, or a length without a value", i);
+            wxg__errf(errstr, errstr_size, "header %zu has no name, or a length without a value",
+                      i);
             return WXG_EINVAL;
         }
     }
     if (atomic_load(&p->closing)) {
-        set_err(errstr, errstr_size, "the producer is shutting down");
+        wxg__errf(errstr, errstr_size, "the producer is shutting down");
         return WXG_ECLOSED;
     }
     if (atomic_load(&p->fatal)) {
@@ -396,12 +385,12 @@ int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic, 
 
     completion *c = calloc(1, sizeof *c);
     if (!c) {
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     if (pthread_cond_init(&c->cond, &p->cattr) != 0) {
         free(c);
-        set_err(errstr, errstr_size, "cannot create a condition variable");
+        wxg__errf(errstr, errstr_size, "cannot create a condition variable");
         return WXG_ENOMEM;
     }
     c->refs = 2; /* the caller's and the delivery report's */
@@ -502,7 +491,7 @@ wxg_dlq_t *wxg_dlq_new(wxg_producer_t *producer, const char *topic, const char *
                        char *errstr, size_t errstr_size)
 {
     if (!producer || !topic || !*topic) {
-        set_err(errstr, errstr_size, "the dead-letter writer needs a producer and a topic");
+        wxg__errf(errstr, errstr_size, "the dead-letter writer needs a producer and a topic");
         return NULL;
     }
     wxg_dlq_t *d = calloc(1, sizeof *d);
@@ -520,7 +509,7 @@ fail_strings:
     free(d->group_id);
     free(d);
 fail_alloc:
-    set_err(errstr, errstr_size, "out of memory");
+    wxg__errf(errstr, errstr_size, "out of memory");
     return NULL;
 }
 
@@ -566,12 +555,12 @@ int wxg_dlq_write(wxg_dlq_t *dlq, const wxg_dlq_record_t *rec, wxg_delivery_t *d
     enum { OURS = 14 };
     if (!dlq || !rec || !rec->topic || (!rec->headers && rec->header_count) ||
         (!rec->key && rec->key_len) || (!rec->value && rec->value_len)) {
-        set_err(errstr, errstr_size, "invalid dead-letter record");
+        wxg__errf(errstr, errstr_size, "invalid dead-letter record");
         return WXG_EINVAL;
     }
     wxg_kafka_header_t *h = calloc(rec->header_count + OURS, sizeof *h);
     if (!h) {
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     size_t n = 0;

@@ -3,11 +3,16 @@
  *
  * Purpose: map the negative WXG_E* codes of include/wxguard/err.h to their names, messages and
  * default classes. Everything comes from the one X-macro list, so a code cannot exist without a
- * message. There is no state, no lock and no allocation: every function is safe from any thread.
+ * message. It also holds wxg__errf() (lib/err_int.h), the errstr formatter every module shares.
+ * There is no state, no lock and no allocation: every function is safe from any thread.
  */
 #include "wxguard/err.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+
+#include "err_int.h"
 
 typedef struct err_entry {
     int code;
@@ -68,4 +73,14 @@ const char *wxg_err_class_name(wxg_err_class_t cls)
         return "fatal";
     }
     return "fatal";
+}
+
+void wxg__errf(char *errstr, size_t size, const char *fmt, ...)
+{
+    if (errstr == NULL || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, size, fmt, ap);
+    va_end(ap);
 }

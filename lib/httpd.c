@@ -43,6 +43,7 @@
 
 #include <microhttpd.h>
 
+#include "err_int.h"
 #include "wxguard/conf.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
@@ -80,18 +81,6 @@ struct wxg_httpd_s {
     atomic_int starting;
     char start_err[256];
 };
-
-static void errf(char *errstr, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void errf(char *errstr, size_t size, const char *fmt, ...)
-{
-    if (errstr == NULL || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, size, fmt, ap);
-    va_end(ap);
-}
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
@@ -421,12 +410,13 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
 
     if (o == NULL ||
         (o->handler != NULL && (o->handler_prefix == NULL || o->handler_prefix[0] != '/'))) {
-        errf(errstr, errstr_size, "invalid options: a handler needs a path prefix starting with /");
+        wxg__errf(errstr, errstr_size,
+                  "invalid options: a handler needs a path prefix starting with /");
         return NULL;
     }
     if (listen == NULL || wxg_conf_parse_addr(listen, host, sizeof host, &port) != 0) {
-        errf(errstr, errstr_size, "invalid listen address \"%.64s\" (expected host:port)",
-             listen != NULL ? listen : "");
+        wxg__errf(errstr, errstr_size, "invalid listen address \"%.64s\" (expected host:port)",
+                  listen != NULL ? listen : "");
         return NULL;
     }
     memset(&hints, 0, sizeof hints);
@@ -435,7 +425,7 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
     hints.ai_flags = AI_PASSIVE;
     int gai = getaddrinfo(host, NULL, &hints, &res);
     if (gai != 0 || res == NULL) {
-        errf(errstr, errstr_size, "cannot resolve %s: %s", host, gai_strerror(gai));
+        wxg__errf(errstr, errstr_size, "cannot resolve %s: %s", host, gai_strerror(gai));
         goto fail;
     }
     memset(&addr, 0, sizeof addr);
@@ -452,7 +442,7 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
 
     h = calloc(1, sizeof *h);
     if (h == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         goto fail;
     }
     h->metrics = o->metrics;
@@ -468,7 +458,7 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
     if (h->handler != NULL) {
         h->prefix = strdup(o->handler_prefix);
         if (h->prefix == NULL) {
-            errf(errstr, errstr_size, "out of memory");
+            wxg__errf(errstr, errstr_size, "out of memory");
             goto fail;
         }
         h->prefix_len = strlen(h->prefix);
@@ -497,8 +487,8 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
                          MHD_OPTION_CONNECTION_LIMIT, conns, MHD_OPTION_CONNECTION_TIMEOUT,
                          timeout_s, MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
-        errf(errstr, errstr_size, "cannot listen on %s: %s", listen,
-             h->start_err[0] ? h->start_err : "address in use or not available");
+        wxg__errf(errstr, errstr_size, "cannot listen on %s: %s", listen,
+                  h->start_err[0] ? h->start_err : "address in use or not available");
         goto fail;
     }
     atomic_store(&h->starting, 0); /* later messages are logged only */

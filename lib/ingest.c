@@ -45,6 +45,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "err_int.h"
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
 #include "wxguard/httpd.h"
@@ -79,18 +80,6 @@ struct wxg_ingest_s {
     wxg_metric_t *produce_seconds;
     wxg_metric_t *bytes;
 };
-
-static void errf(char *errstr, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void errf(char *errstr, size_t size, const char *fmt, ...)
-{
-    if (errstr == NULL || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, size, fmt, ap);
-    va_end(ap);
-}
 
 static int64_t mono_ms(void)
 {
@@ -576,7 +565,7 @@ static wxg_kafka_prop_t *kafka_props(const wxg_conf_t *conf, const char ***dump_
     *n_out = n;
     return props;
 fail:
-    errf(errstr, errstr_size, "out of memory");
+    wxg__errf(errstr, errstr_size, "out of memory");
     free(props);
     if (ddump != NULL)
         rd_kafka_conf_dump_free(ddump, dcnt);
@@ -614,12 +603,12 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     size_t dump_cnt = 0, nprops = 0;
     wxg_kafka_prop_t *props = NULL, *all = NULL;
     if (conf == NULL) {
-        errf(errstr, errstr_size, "invalid argument");
+        wxg__errf(errstr, errstr_size, "invalid argument");
         return NULL;
     }
     wxg_ingest_t *in = calloc(1, sizeof *in);
     if (in == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return NULL;
     }
     in->metrics = metrics;
@@ -629,7 +618,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     in->oa_token = dup_nonempty(wxg_conf_get(conf, "ingest.oa.token"), &oom);
     in->hmac_secret = dup_nonempty(wxg_conf_get(conf, "ingest.hmac.secret"), &oom);
     if (oom || in->topic == NULL) {
-        errf(errstr, errstr_size, oom ? "out of memory" : "ingest.topic is empty");
+        wxg__errf(errstr, errstr_size, oom ? "out of memory" : "ingest.topic is empty");
         goto fail;
     }
     if (getrandom(&in->rid_base, sizeof in->rid_base, GRND_NONBLOCK) != sizeof in->rid_base)
@@ -644,7 +633,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
         goto fail;
     all = calloc(nprops + 1, sizeof *all);
     if (all == NULL) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         goto fail;
     }
     char tmo[24];
@@ -661,7 +650,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     in->bytes = wxg_metrics_counter(metrics, "wxg_ingest_stored_bytes_total",
                                     "Body bytes of the callbacks stored in Kafka.", NULL);
     if (metrics != NULL && wxg_metrics_on_collect(metrics, collect, in) != 0) {
-        errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         goto fail;
     }
 

@@ -99,4 +99,56 @@ int wxg__pg_prepare(struct pg_conn *c, const char *name, const char *sql, int np
 int wxg__pg_classify(struct pg_conn *c, const struct pg_result *res, int *reconnect, int *recreate,
                      char *why, size_t why_size);
 
+/* The tables a database plugin creates and the statements it prepares on each connection. The
+ * strings belong to the plugin's state and live as long as it. */
+#define WXG__PG_MAX_CREATE 4
+#define WXG__PG_MAX_STMTS  4
+
+typedef struct wxg__pg_stmt {
+    const char *name; /* the prepared statement's name */
+    const char *sql;
+    int nparams;
+} wxg__pg_stmt_t;
+
+typedef struct wxg__pg_schema {
+    const char *create[WXG__PG_MAX_CREATE]; /* CREATE TABLE IF NOT EXISTS statements */
+    size_t ncreate;
+    wxg__pg_stmt_t stmts[WXG__PG_MAX_STMTS];
+    size_t nstmts;
+} wxg__pg_schema_t;
+
+/* A database plugin's per-worker-thread state: its own connection (libpq connections are not
+ * shared between threads), NULL until the first message and after a failure dropped it. */
+typedef struct wxg__pg_thread {
+    struct pg_conn *c;
+} wxg__pg_thread_t;
+
+/* A new connection with the tables created (when create.tables) and every statement of sc
+ * prepared, or NULL with the reason in why. */
+struct pg_conn *wxg__pg_open(const wxg__pg_conf_t *pc, const wxg__pg_schema_t *sc, char *why,
+                             size_t why_size);
+
+/* With connect.at.start, opens one connection as wxg__pg_open() does and closes it again, so a
+ * wrong DSN or schema stops start-up. Returns 0, or WXG_ECONN with errstr naming
+ * plugin.<plugin_name>.dsn. */
+int wxg__pg_check_at_start(const wxg__pg_conf_t *pc, const wxg__pg_schema_t *sc,
+                           const char *plugin_name, char *errstr, size_t errstr_size);
+
+/* The plugin ABI's thread_init/thread_destroy for a wxg__pg_thread_t (state is unused):
+ * database plugins put these straight into their descriptors. */
+int wxg__pg_thread_init(void *state, void **thread_state, char *errstr, size_t errstr_size);
+void wxg__pg_thread_destroy(void *state, void *thread_state);
+
+/* Makes sure t holds a usable connection, replacing a missing or broken one with a new one from
+ * wxg__pg_open(). Returns 0, or -1 with the reason in why (the caller answers RETRY). */
+int wxg__pg_thread_ready(wxg__pg_thread_t *t, const wxg__pg_conf_t *pc, const wxg__pg_schema_t *sc,
+                         char *why, size_t why_size);
+
+/* Turns a failed statement into RETRY or FAIL with wxg__pg_classify(), frees res, drops t's
+ * connection when it is unusable or a table went missing, and sets the reason
+ * "<plugin_name>: <what>: <SQLSTATE and message>" on ctx. */
+wxg_plugin_result_t wxg__pg_failed(wxg__pg_thread_t *t, struct pg_result *res,
+                                   wxg_plugin_ctx_t *ctx, const char *plugin_name,
+                                   const char *what);
+
 #endif /* WXG_PLUGIN_INT_H */

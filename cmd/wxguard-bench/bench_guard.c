@@ -157,9 +157,13 @@ static int make_key(char *buf, size_t size, unsigned run, int tid, uint64_t i)
                     7300000000000000000ULL + (unsigned long long)run * 1000000000ULL + i);
 }
 
-static void *real_worker(void *arg)
+/* The wxguard design. DESIGN_REAL claims fresh keys and completes the ones it claimed;
+ * DESIGN_DUP claims keys that an earlier run (same run number) completed, so every claim must
+ * answer DUPLICATE. */
+static void *guard_worker(void *arg)
 {
     job *j = arg;
+    int dup = j->design == DESIGN_DUP;
     int rc = 0;
     wxg_guard_t *g = wxg_guard_new(j->conf, &rc, j->err, sizeof j->err);
     if (!g) {
@@ -189,19 +193,23 @@ static void *real_worker(void *arg)
         }
         size_t nt = 0;
         for (size_t i = 0; i < n; i++) {
-            if (out[i].outcome == WXG_GUARD_CLAIMED)
+            if (dup)
+                j->failures += out[i].outcome != WXG_GUARD_DUPLICATE;
+            else if (out[i].outcome == WXG_GUARD_CLAIMED)
                 t[nt++] = out[i].ticket;
             else
                 j->failures++;
         }
-        rc = wxg_guard_complete_batch(g, t, nt, res);
-        if (rc) {
-            snprintf(j->err, sizeof j->err, "complete: %s", wxg_guard_last_error(g));
-            j->failures += nt;
-            break;
+        if (!dup) {
+            rc = wxg_guard_complete_batch(g, t, nt, res);
+            if (rc) {
+                snprintf(j->err, sizeof j->err, "complete: %s", wxg_guard_last_error(g));
+                j->failures += nt;
+                break;
+            }
+            for (size_t i = 0; i < nt; i++)
+                j->failures += res[i] != WXG_GUARD_OK;
         }
-        for (size_t i = 0; i < nt; i++)
-            j->failures += res[i] != WXG_GUARD_OK;
         for (size_t i = 0; i < n; i++)
             wxg_guard_claim_clear(&out[i]);
         done += n;
@@ -214,51 +222,6 @@ static void *real_worker(void *arg)
     free(out);
     free(t);
     free(res);
-    wxg_guard_destroy(g);
-    return NULL;
-}
-
-/* Claims keys that an earlier run (same run number) completed: every claim must be DUPLICATE. */
-static void *dup_worker(void *arg)
-{
-    job *j = arg;
-    int rc = 0;
-    wxg_guard_t *g = wxg_guard_new(j->conf, &rc, j->err, sizeof j->err);
-    if (!g) {
-        j->failures = j->count;
-        return NULL;
-    }
-    int B = j->o->batch;
-    char(*keys)[64] = calloc((size_t)B, sizeof *keys);
-    wxg_guard_msg_t *msgs = calloc((size_t)B, sizeof *msgs);
-    wxg_guard_claim_t *out = calloc((size_t)B, sizeof *out);
-    if (!keys || !msgs || !out)
-        die("out of memory");
-    unsigned char hash[32] = {1, 2, 3};
-    for (uint64_t done = 0; done < j->count;) {
-        size_t n = j->count - done < (uint64_t)B ? (size_t)(j->count - done) : (size_t)B;
-        for (size_t i = 0; i < n; i++) {
-            int kl = make_key(keys[i], sizeof keys[i], j->run, j->tid, done + i);
-            msgs[i] = (wxg_guard_msg_t){keys[i], (size_t)kl, hash};
-        }
-        rc = wxg_guard_claim_batch(g, msgs, n, out);
-        if (rc) {
-            snprintf(j->err, sizeof j->err, "claim: %s", wxg_guard_last_error(g));
-            j->failures += n;
-            break;
-        }
-        for (size_t i = 0; i < n; i++) {
-            j->failures += out[i].outcome != WXG_GUARD_DUPLICATE;
-            wxg_guard_claim_clear(&out[i]);
-        }
-        done += n;
-    }
-    wxg_guard_stats_t st;
-    wxg_guard_get_stats(g, &st);
-    j->round_trips = st.round_trips;
-    free(keys);
-    free(msgs);
-    free(out);
     wxg_guard_destroy(g);
     return NULL;
 }
@@ -387,9 +350,7 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
     double cpu0 = redis_cpu_s(admin);
     int64_t t0 = wxgb_now_us();
     for (int i = 0; i < threads; i++) {
-        void *(*fn)(void *) = design == DESIGN_REAL  ? real_worker
-                              : design == DESIGN_DUP ? dup_worker
-                                                     : naive_worker;
+        void *(*fn)(void *) = design == DESIGN_NAIVE ? naive_worker : guard_worker;
         if (pthread_create(&th[i], NULL, fn, &jobs[i]) != 0)
             die("pthread_create failed");
     }

@@ -13,22 +13,20 @@
  * Exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, 3 start-up failure
  * (the address cannot be bound, Kafka settings refused).
  */
-#include <getopt.h>
-#include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "progstart.h"
 #include "wxguard/conf.h"
 #include "wxguard/httpd.h"
 #include "wxguard/ingest.h"
 #include "wxguard/log.h"
 #include "wxguard/metrics.h"
 
-#define EXIT_FATAL   1
-#define EXIT_USAGE   2
+#define EXIT_FATAL   PROG_EXIT_FATAL
 #define EXIT_STARTUP 3
 
 static void usage(FILE *out)
@@ -53,25 +51,6 @@ static void usage(FILE *out)
             "3 start-up failure\n");
 }
 
-static const char *nonempty(const char *s)
-{
-    return s && *s ? s : NULL;
-}
-
-static void setup_log(const wxg_conf_t *conf)
-{
-    wxg_log_level_t lvl;
-    if (wxg_log_level_parse(wxg_conf_get(conf, "log.level"), &lvl) == 0)
-        wxg_log_set_level(lvl);
-    wxg_log_format_t fmt;
-    if (wxg_log_format_parse(wxg_conf_get(conf, "log.format"), &fmt) == 0)
-        wxg_log_set_format(fmt);
-    wxg_log_set_field_max((size_t)wxg_conf_int(conf, "log.field.max.bytes"));
-    wxg_log_set_personal_ids(wxg_conf_bool(conf, "log.personal.ids"));
-    wxg_log_set_content(wxg_conf_bool(conf, "log.content"));
-    wxg_log_set_id_salt(nonempty(wxg_conf_get(conf, "log.id.salt")));
-}
-
 static int ready_cb(void *opaque, char *reason, size_t size)
 {
     return wxg_ingest_ready(opaque, reason, size);
@@ -79,65 +58,10 @@ static int ready_cb(void *opaque, char *reason, size_t size)
 
 int main(int argc, char **argv)
 {
-    const char *config = NULL;
-    int print_config = 0;
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    size_t nsets = 0;
-    if (!sets)
-        return EXIT_FATAL;
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 's'},
-        {"print-config", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "c:s:phV", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            config = optarg;
-            break;
-        case 's':
-            sets[nsets++] = optarg;
-            break;
-        case 'p':
-            print_config = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            free(sets);
-            return 0;
-        case 'V':
-            printf("wxguard-ingest %s (librdkafka %s)\n", WXG_VERSION_STRING,
-                   rd_kafka_version_str());
-            free(sets);
-            return 0;
-        default:
-            usage(stderr);
-            free(sets);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "wxguard-ingest: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        free(sets);
-        return EXIT_USAGE;
-    }
-
-    char err[512] = "";
-    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, config, NULL, sets, nsets, err, sizeof err);
-    free(sets);
-    if (!conf) {
-        fprintf(stderr, "wxguard-ingest: %s\n", err);
-        return EXIT_USAGE;
-    }
-    if (print_config) {
-        int rc = wxg_conf_print(conf, stdout);
-        wxg_conf_free(conf);
-        return rc == 0 ? 0 : EXIT_FATAL;
-    }
-    setup_log(conf);
-    for (size_t i = 0; i < wxg_conf_warning_count(conf); i++)
-        wxg_log(WXG_LOG_WARN, "config_warning", WXG_LS("detail", wxg_conf_warning(conf, i)));
+    int exit_code = 0;
+    wxg_conf_t *conf = prog_start(argc, argv, "wxguard-ingest", WXG_PROG_INGEST, usage, &exit_code);
+    if (!conf)
+        return exit_code;
 
     /* Signals are taken by sigwait() on this thread; every thread started from here on inherits
      * the mask, so none of them is interrupted by a stop request. */
@@ -148,6 +72,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    char err[512] = "";
     int status = EXIT_STARTUP;
     wxg_httpd_t *ops = NULL;
     wxg_ingest_t *in = NULL;
@@ -162,7 +87,7 @@ int main(int argc, char **argv)
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));
         goto out;
     }
-    const char *ops_listen = nonempty(wxg_conf_get(conf, "metrics.listen"));
+    const char *ops_listen = prog_nonempty(wxg_conf_get(conf, "metrics.listen"));
     if (ops_listen) {
         ops = wxg_httpd_start(ops_listen, metrics, ready_cb, in, err, sizeof err);
         if (!ops) {

@@ -64,11 +64,8 @@ typedef struct billing_state {
     char sql_charge[SQL_MAX];
     char sql_refence[SQL_MAX];
     char sql_lookup[SQL_MAX];
+    wxg__pg_schema_t schema; /* points into the SQL text above */
 } billing_state;
-
-typedef struct billing_thread {
-    PGconn *c;
-} billing_thread;
 
 #define STMT_CHARGE  "wxg_billing_charge"
 #define STMT_REFENCE "wxg_billing_refence"
@@ -220,22 +217,14 @@ static void build_sql(billing_state *s, const char *charges, const char *balance
              charges);
     snprintf(s->sql_lookup, sizeof s->sql_lookup, "SELECT fence FROM %s WHERE idem_key = $1",
              charges);
-}
-
-static PGconn *open_ready(const billing_state *s, char *why, size_t why_size)
-{
-    PGconn *c = wxg__pg_connect(&s->pg, why, why_size);
-    if (!c)
-        return NULL;
-    const char *create[] = {s->sql_create_charges, s->sql_create_balances};
-    if ((s->pg.create_tables && wxg__pg_exec_all(c, create, 2, why, why_size) != 0) ||
-        wxg__pg_prepare(c, STMT_CHARGE, s->sql_charge, 5, why, why_size) != 0 ||
-        wxg__pg_prepare(c, STMT_REFENCE, s->sql_refence, 2, why, why_size) != 0 ||
-        wxg__pg_prepare(c, STMT_LOOKUP, s->sql_lookup, 1, why, why_size) != 0) {
-        PQfinish(c);
-        return NULL;
-    }
-    return c;
+    s->schema = (wxg__pg_schema_t){
+        .create = {s->sql_create_charges, s->sql_create_balances},
+        .ncreate = 2,
+        .stmts = {{STMT_CHARGE, s->sql_charge, 5},
+                  {STMT_REFENCE, s->sql_refence, 2},
+                  {STMT_LOOKUP, s->sql_lookup, 1}},
+        .nstmts = 3,
+    };
 }
 
 static int billing_init(const wxg_plugin_conf_t *conf, void **state, char *errstr,
@@ -276,16 +265,8 @@ static int billing_init(const wxg_plugin_conf_t *conf, void **state, char *errst
         goto fail;
     }
     build_sql(s, charges, balances);
-    if (s->pg.connect_at_start) {
-        char why[512];
-        PGconn *c = open_ready(s, why, sizeof why);
-        if (!c) {
-            snprintf(errstr, errstr_size, "plugin.billing.dsn: %s", why);
-            rc = WXG_ECONN;
-            goto fail;
-        }
-        PQfinish(c);
-    }
+    if ((rc = wxg__pg_check_at_start(&s->pg, &s->schema, "billing", errstr, errstr_size)) != 0)
+        goto fail;
     *state = s;
     return 0;
 fail:
@@ -293,48 +274,21 @@ fail:
     return rc;
 }
 
-static int billing_thread_init(void *state, void **thread_state, char *errstr, size_t errstr_size)
+/* OK with the result "charge <charge_id>" from the first column of r's only row; frees r. */
+static wxg_plugin_result_t charged(PGresult *r, wxg_plugin_ctx_t *ctx)
 {
-    (void)state;
-    billing_thread *t = calloc(1, sizeof *t);
-    if (!t) {
-        snprintf(errstr, errstr_size, "out of memory");
-        return WXG_ENOMEM;
-    }
-    *thread_state = t;
-    return 0;
-}
-
-static void billing_thread_destroy(void *state, void *thread_state)
-{
-    (void)state;
-    billing_thread *t = thread_state;
-    if (!t)
-        return;
-    PQfinish(t->c);
-    free(t);
-}
-
-static wxg_plugin_result_t failed(billing_thread *t, PGresult *r, wxg_plugin_ctx_t *ctx,
-                                  const char *what)
-{
-    char why[400];
-    int reconnect, recreate;
-    int res = wxg__pg_classify(t->c, r, &reconnect, &recreate, why, sizeof why);
+    char result[WXG_PLUGIN_RESULT_MAX];
+    snprintf(result, sizeof result, "charge %s", PQgetvalue(r, 0, 0));
     PQclear(r);
-    if (reconnect || recreate) {
-        PQfinish(t->c);
-        t->c = NULL;
-    }
-    wxg_plugin_ctx_set_reason(ctx, "billing: %s: %s", what, why);
-    return (wxg_plugin_result_t)res;
+    wxg_plugin_ctx_set_result(ctx, result);
+    return WXG_PLUGIN_OK;
 }
 
 static wxg_plugin_result_t billing_handle(void *state, void *thread_state,
                                           const wxg_msg_view_t *msg, wxg_plugin_ctx_t *ctx)
 {
     billing_state *s = state;
-    billing_thread *t = thread_state;
+    wxg__pg_thread_t *t = thread_state;
     uint64_t fence = wxg_plugin_ctx_fence(ctx);
     int64_t amount = wxg__billing_price(s, msg->type);
     if (amount == 0 || (s->skip_self && msg->is_self)) {
@@ -345,14 +299,10 @@ static wxg_plugin_result_t billing_handle(void *state, void *thread_state,
         wxg_plugin_ctx_set_reason(ctx, "billing: fencing token %" PRIu64 " is out of range", fence);
         return WXG_PLUGIN_FAIL;
     }
-    if (!t->c || PQstatus(t->c) != CONNECTION_OK) {
-        char why[400];
-        PQfinish(t->c);
-        t->c = open_ready(s, why, sizeof why);
-        if (!t->c) {
-            wxg_plugin_ctx_set_reason(ctx, "billing: %s", why);
-            return WXG_PLUGIN_RETRY;
-        }
+    char why[400];
+    if (wxg__pg_thread_ready(t, &s->pg, &s->schema, why, sizeof why) != 0) {
+        wxg_plugin_ctx_set_reason(ctx, "billing: %s", why);
+        return WXG_PLUGIN_RETRY;
     }
     char fence_s[24], amount_s[24];
     snprintf(fence_s, sizeof fence_s, "%" PRIu64, fence);
@@ -360,36 +310,27 @@ static wxg_plugin_result_t billing_handle(void *state, void *thread_state,
     const char *key = wxg_plugin_ctx_key(ctx);
     const char *vals[5] = {key, fence_s, msg->account ? msg->account : "",
                            msg->type ? msg->type : "", amount_s};
-    char result[WXG_PLUGIN_RESULT_MAX];
 
     PGresult *r = PQexecPrepared(t->c, STMT_CHARGE, 5, vals, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        return failed(t, r, ctx, "charge");
-    if (PQntuples(r) == 1) {
-        snprintf(result, sizeof result, "charge %s", PQgetvalue(r, 0, 0));
-        PQclear(r);
-        wxg_plugin_ctx_set_result(ctx, result);
-        return WXG_PLUGIN_OK;
-    }
+        return wxg__pg_failed(t, r, ctx, "billing", "charge");
+    if (PQntuples(r) == 1)
+        return charged(r, ctx);
     PQclear(r);
 
     /* The ledger has the key: already charged, or we are stale. */
     r = PQexecPrepared(t->c, STMT_REFENCE, 2, vals, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        return failed(t, r, ctx, "fence check");
-    if (PQntuples(r) == 1) {
-        snprintf(result, sizeof result, "charge %s", PQgetvalue(r, 0, 0));
-        PQclear(r);
-        wxg_plugin_ctx_set_result(ctx, result);
-        return WXG_PLUGIN_OK;
-    }
+        return wxg__pg_failed(t, r, ctx, "billing", "fence check");
+    if (PQntuples(r) == 1)
+        return charged(r, ctx);
     PQclear(r);
     char stored[24] = "?";
     r = PQexecPrepared(t->c, STMT_LOOKUP, 1, vals, NULL, NULL, 0);
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
         snprintf(stored, sizeof stored, "%s", PQgetvalue(r, 0, 0));
     else if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        return failed(t, r, ctx, "fence lookup");
+        return wxg__pg_failed(t, r, ctx, "billing", "fence lookup");
     PQclear(r);
     wxg_plugin_ctx_set_reason(ctx,
                               "billing: lease lost: the database refused a stale writer (fence "
@@ -402,8 +343,8 @@ static const wxg_plugin_desc_t billing_desc = {
     .abi_version = WXG_PLUGIN_ABI_VERSION,
     .name = "billing",
     .init = billing_init,
-    .thread_init = billing_thread_init,
-    .thread_destroy = billing_thread_destroy,
+    .thread_init = wxg__pg_thread_init,
+    .thread_destroy = wxg__pg_thread_destroy,
     .handle = billing_handle,
     .destroy = billing_destroy,
 };

@@ -6,6 +6,11 @@
  * back later) and which are permanent (FAIL: it goes to the dead-letter topic). Keeping that in
  * one place keeps the two plugins' behaviour identical.
  *
+ * The plugins also share their per-thread state (wxg__pg_thread_t, with the thread_init and
+ * thread_destroy that the descriptors use directly), opening a connection with the tables and
+ * prepared statements a plugin describes in a wxg__pg_schema_t, and turning a failed statement
+ * into the plugin's answer.
+ *
  * Threads. Nothing here has state of its own: a connection belongs to the worker thread that
  * opened it (libpq connections must not be shared between threads without a lock, and wxguard
  * gives each worker its own through the plugin's thread_init), so none of these functions takes
@@ -219,4 +224,86 @@ int wxg__pg_classify(struct pg_conn *c, const struct pg_result *res, int *reconn
         strncmp(state, "58", 2) == 0 || strcmp(state, "55P03") == 0)
         return WXG_PLUGIN_RETRY;
     return WXG_PLUGIN_FAIL;
+}
+
+struct pg_conn *wxg__pg_open(const wxg__pg_conf_t *pc, const wxg__pg_schema_t *sc, char *why,
+                             size_t why_size)
+{
+    PGconn *c = wxg__pg_connect(pc, why, why_size);
+    if (!c)
+        return NULL;
+    if (pc->create_tables && wxg__pg_exec_all(c, sc->create, sc->ncreate, why, why_size) != 0)
+        goto fail;
+    for (size_t i = 0; i < sc->nstmts; i++) {
+        const wxg__pg_stmt_t *st = &sc->stmts[i];
+        if (wxg__pg_prepare(c, st->name, st->sql, st->nparams, why, why_size) != 0)
+            goto fail;
+    }
+    return c;
+fail:
+    PQfinish(c);
+    return NULL;
+}
+
+int wxg__pg_check_at_start(const wxg__pg_conf_t *pc, const wxg__pg_schema_t *sc,
+                           const char *plugin_name, char *errstr, size_t errstr_size)
+{
+    if (!pc->connect_at_start)
+        return 0;
+    char why[512];
+    PGconn *c = wxg__pg_open(pc, sc, why, sizeof why);
+    if (!c) {
+        snprintf(errstr, errstr_size, "plugin.%s.dsn: %s", plugin_name, why);
+        return WXG_ECONN;
+    }
+    PQfinish(c);
+    return 0;
+}
+
+int wxg__pg_thread_init(void *state, void **thread_state, char *errstr, size_t errstr_size)
+{
+    (void)state;
+    wxg__pg_thread_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return WXG_ENOMEM;
+    }
+    *thread_state = t; /* the connection opens on the first message */
+    return 0;
+}
+
+void wxg__pg_thread_destroy(void *state, void *thread_state)
+{
+    (void)state;
+    wxg__pg_thread_t *t = thread_state;
+    if (!t)
+        return;
+    PQfinish(t->c);
+    free(t);
+}
+
+int wxg__pg_thread_ready(wxg__pg_thread_t *t, const wxg__pg_conf_t *pc, const wxg__pg_schema_t *sc,
+                         char *why, size_t why_size)
+{
+    if (t->c && PQstatus(t->c) == CONNECTION_OK)
+        return 0;
+    PQfinish(t->c);
+    t->c = wxg__pg_open(pc, sc, why, why_size);
+    return t->c ? 0 : -1;
+}
+
+wxg_plugin_result_t wxg__pg_failed(wxg__pg_thread_t *t, struct pg_result *res,
+                                   wxg_plugin_ctx_t *ctx, const char *plugin_name, const char *what)
+{
+    char why[400];
+    int reconnect, recreate;
+    int rc = wxg__pg_classify(t->c, res, &reconnect, &recreate, why, sizeof why);
+    PQclear(res);
+    if (reconnect || recreate) {
+        /* A missing table is created again by the next connection (create.tables). */
+        PQfinish(t->c);
+        t->c = NULL;
+    }
+    wxg_plugin_ctx_set_reason(ctx, "%s: %s: %s", plugin_name, what, why);
+    return (wxg_plugin_result_t)rc;
 }

@@ -56,11 +56,8 @@ typedef struct pgsql_state {
     char sql_create[SQL_MAX];
     char sql_upsert[SQL_MAX];
     char sql_lookup[256];
+    wxg__pg_schema_t schema; /* points into the SQL text above */
 } pgsql_state;
-
-typedef struct pgsql_thread {
-    PGconn *c;
-} pgsql_thread;
 
 #define STMT_UPSERT "wxg_pgsql_upsert"
 #define STMT_LOOKUP "wxg_pgsql_lookup"
@@ -122,6 +119,12 @@ static void build_sql(pgsql_state *s)
              t);
     snprintf(s->sql_lookup, sizeof s->sql_lookup, "SELECT id, fence FROM %s WHERE idem_key = $1",
              t);
+    s->schema = (wxg__pg_schema_t){
+        .create = {s->sql_create},
+        .ncreate = 1,
+        .stmts = {{STMT_UPSERT, s->sql_upsert, 17}, {STMT_LOOKUP, s->sql_lookup, 1}},
+        .nstmts = 2,
+    };
 }
 
 static void pgsql_destroy(void *state)
@@ -131,22 +134,6 @@ static void pgsql_destroy(void *state)
         return;
     wxg__pg_conf_free(&s->pg);
     free(s);
-}
-
-/* A new connection with the table in place and both statements prepared, or NULL (why). */
-static PGconn *open_ready(const pgsql_state *s, char *why, size_t why_size)
-{
-    PGconn *c = wxg__pg_connect(&s->pg, why, why_size);
-    if (!c)
-        return NULL;
-    const char *create[] = {s->sql_create};
-    if ((s->pg.create_tables && wxg__pg_exec_all(c, create, 1, why, why_size) != 0) ||
-        wxg__pg_prepare(c, STMT_UPSERT, s->sql_upsert, 17, why, why_size) != 0 ||
-        wxg__pg_prepare(c, STMT_LOOKUP, s->sql_lookup, 1, why, why_size) != 0) {
-        PQfinish(c);
-        return NULL;
-    }
-    return c;
 }
 
 static int pgsql_init(const wxg_plugin_conf_t *conf, void **state, char *errstr, size_t errstr_size)
@@ -175,16 +162,8 @@ static int pgsql_init(const wxg_plugin_conf_t *conf, void **state, char *errstr,
     }
     snprintf(s->table, sizeof s->table, "%s", table);
     build_sql(s);
-    if (s->pg.connect_at_start) {
-        char why[512];
-        PGconn *c = open_ready(s, why, sizeof why);
-        if (!c) {
-            snprintf(errstr, errstr_size, "plugin.pgsql.dsn: %s", why);
-            rc = WXG_ECONN;
-            goto fail;
-        }
-        PQfinish(c);
-    }
+    if ((rc = wxg__pg_check_at_start(&s->pg, &s->schema, "pgsql", errstr, errstr_size)) != 0)
+        goto fail;
     *state = s;
     return 0;
 fail:
@@ -192,62 +171,20 @@ fail:
     return rc;
 }
 
-static int pgsql_thread_init(void *state, void **thread_state, char *errstr, size_t errstr_size)
-{
-    (void)state;
-    pgsql_thread *t = calloc(1, sizeof *t);
-    if (!t) {
-        snprintf(errstr, errstr_size, "out of memory");
-        return WXG_ENOMEM;
-    }
-    *thread_state = t; /* the connection opens on the first message (see DESIGN) */
-    return 0;
-}
-
-static void pgsql_thread_destroy(void *state, void *thread_state)
-{
-    (void)state;
-    pgsql_thread *t = thread_state;
-    if (!t)
-        return;
-    PQfinish(t->c);
-    free(t);
-}
-
-/* Turns a failed statement into RETRY/FAIL, dropping the connection when it is unusable. */
-static wxg_plugin_result_t failed(pgsql_thread *t, PGresult *r, wxg_plugin_ctx_t *ctx,
-                                  const char *what)
-{
-    char why[400];
-    int reconnect, recreate;
-    int res = wxg__pg_classify(t->c, r, &reconnect, &recreate, why, sizeof why);
-    PQclear(r);
-    if (reconnect || recreate) {
-        PQfinish(t->c);
-        t->c = NULL;
-    }
-    wxg_plugin_ctx_set_reason(ctx, "pgsql: %s: %s", what, why);
-    return (wxg_plugin_result_t)res;
-}
-
 static wxg_plugin_result_t pgsql_handle(void *state, void *thread_state, const wxg_msg_view_t *msg,
                                         wxg_plugin_ctx_t *ctx)
 {
     pgsql_state *s = state;
-    pgsql_thread *t = thread_state;
+    wxg__pg_thread_t *t = thread_state;
     uint64_t fence = wxg_plugin_ctx_fence(ctx);
     if (fence == 0 || fence > (uint64_t)INT64_MAX) {
         wxg_plugin_ctx_set_reason(ctx, "pgsql: fencing token %" PRIu64 " is out of range", fence);
         return WXG_PLUGIN_FAIL;
     }
-    if (!t->c || PQstatus(t->c) != CONNECTION_OK) {
-        char why[400];
-        PQfinish(t->c);
-        t->c = open_ready(s, why, sizeof why);
-        if (!t->c) {
-            wxg_plugin_ctx_set_reason(ctx, "pgsql: %s", why);
-            return WXG_PLUGIN_RETRY;
-        }
+    char why[400];
+    if (wxg__pg_thread_ready(t, &s->pg, &s->schema, why, sizeof why) != 0) {
+        wxg_plugin_ctx_set_reason(ctx, "pgsql: %s", why);
+        return WXG_PLUGIN_RETRY;
     }
 
     char fence_s[24], ctime_s[24], part_s[16], off_s[24], attempt_s[16];
@@ -287,7 +224,7 @@ static wxg_plugin_result_t pgsql_handle(void *state, void *thread_state, const w
 
     PGresult *r = PQexecPrepared(t->c, STMT_UPSERT, 17, vals, lens, fmts, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        return failed(t, r, ctx, "upsert");
+        return wxg__pg_failed(t, r, ctx, "pgsql", "upsert");
     char result[WXG_PLUGIN_RESULT_MAX];
     if (PQntuples(r) == 1) {
         int fresh = strcmp(PQgetvalue(r, 0, 1), "1") == 0;
@@ -303,7 +240,7 @@ static wxg_plugin_result_t pgsql_handle(void *state, void *thread_state, const w
     const char *lv[1] = {key};
     r = PQexecPrepared(t->c, STMT_LOOKUP, 1, lv, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        return failed(t, r, ctx, "fence lookup");
+        return wxg__pg_failed(t, r, ctx, "pgsql", "fence lookup");
     if (PQntuples(r) != 1) {
         PQclear(r);
         wxg_plugin_ctx_set_reason(ctx, "pgsql: the row vanished between upsert and lookup");
@@ -330,8 +267,8 @@ static const wxg_plugin_desc_t pgsql_desc = {
     .abi_version = WXG_PLUGIN_ABI_VERSION,
     .name = "pgsql",
     .init = pgsql_init,
-    .thread_init = pgsql_thread_init,
-    .thread_destroy = pgsql_thread_destroy,
+    .thread_init = wxg__pg_thread_init,
+    .thread_destroy = wxg__pg_thread_destroy,
     .handle = pgsql_handle,
     .destroy = pgsql_destroy,
 };

@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "err_int.h"
 #include "wxguard/err.h"
 
 static void every_code_has_a_distinct_name_and_a_message(void **state)
@@ -52,12 +53,27 @@ static void success_and_unknown_codes_are_safe(void **state)
     assert_int_equal(wxg_err_class(-9999), WXG_CLASS_FATAL);
 }
 
+static void errf_formats_truncates_and_ignores_a_missing_buffer(void **state)
+{
+    (void)state;
+    char buf[8] = "unset";
+    wxg__errf(buf, sizeof buf, "key %s: %d", "a.b", 42);
+    assert_string_equal(buf, "key a.b");
+    wxg__errf(buf, sizeof buf, "%d", 7);
+    assert_string_equal(buf, "7");
+    /* A size of 0 leaves the buffer alone; a NULL buffer is allowed. */
+    wxg__errf(buf, 0, "ignored");
+    assert_string_equal(buf, "7");
+    wxg__errf(NULL, 16, "ignored");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_code_has_a_distinct_name_and_a_message),
         cmocka_unit_test(names_and_classes_match_the_table),
         cmocka_unit_test(success_and_unknown_codes_are_safe),
+        cmocka_unit_test(errf_formats_truncates_and_ignores_a_missing_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* Unit tests for lib/httpd.c: a server on 127.0.0.1 port 0 answers /metrics, /healthz and
- * /readyz (both ways) to a plain socket client, refuses other paths and methods, and reports
+ * /readyz (both ways) to a plain HTTP client, refuses other paths and methods, and reports
  * the port it bound; application routes get the whole request, and the body cap and the
  * in-flight limit are enforced before the handler runs. Loopback only; no external server is
  * needed. */
@@ -8,16 +8,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include "wxguard/httpd.h"
 #include "wxguard/metrics.h"
@@ -30,50 +25,24 @@ typedef struct response {
     char body[8192];
 } response;
 
-/* Sends one request with Connection: close and reads the whole answer. */
+/* Sends one request through the test HTTP client and copies the answer into r, whose fixed
+ * buffers keep the assertions below free of cleanup. -1 when the exchange failed or the answer
+ * does not fit. */
 static int http_request(int port, const char *method, const char *path, response *r)
 {
-    int rc = -1;
-    char req[512];
-    char buf[16384];
-    size_t len = 0;
+    wxg_test_http_resp_t resp;
     memset(r, 0, sizeof *r);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
+    if (wxg_test_http(port, method, path, NULL, NULL, 0, &resp) != 0)
         return -1;
-    struct timeval tv = {.tv_sec = 5 * wxg_test_scale(), .tv_usec = 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-        goto out;
-    int n =
-        snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-                 method, path);
-    if (write(fd, req, (size_t)n) != n)
-        goto out;
-    for (int i = 0; i < 1000 && len < sizeof buf - 1; i++) { /* bounded: 1000 reads at most */
-        ssize_t got = read(fd, buf + len, sizeof buf - 1 - len);
-        if (got < 0)
-            goto out;
-        if (got == 0)
-            break;
-        len += (size_t)got;
+    int rc = -1;
+    size_t hl = strlen(resp.headers);
+    if (hl < sizeof r->headers && resp.body_len < sizeof r->body) {
+        r->status = resp.status;
+        memcpy(r->headers, resp.headers, hl + 1);
+        memcpy(r->body, resp.body, resp.body_len + 1);
+        rc = 0;
     }
-    buf[len] = '\0';
-    char *end = strstr(buf, "\r\n\r\n");
-    if (end == NULL || sscanf(buf, "HTTP/1.1 %d", &r->status) != 1)
-        goto out;
-    *end = '\0';
-    size_t hl = strlen(buf), bl = strlen(end + 4);
-    if (hl >= sizeof r->headers || bl >= sizeof r->body)
-        goto out;
-    memcpy(r->headers, buf, hl + 1);
-    memcpy(r->body, end + 4, bl + 1);
-    rc = 0;
-out:
-    close(fd);
+    wxg_test_http_free(&resp);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testkey.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 #include "wxguard/msg.h"
@@ -105,23 +106,9 @@ static const wxg_msg_view_t *only(const wxg_batch_t *b)
     return wxg_batch_msg(b, 0);
 }
 
-/* No character that could matter to Redis patterns, logs or the hash tag. */
-static void assert_key_is_safe(const char *k)
-{
-    for (const char *p = k; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '@' || c == '.' || c == '-' || c == ':' || c == '~';
-        if (!ok)
-            fail_msg("key '%s' holds the unsafe byte 0x%02x", k, c);
-    }
-    char kind = 0;
-    assert_int_equal(wxg_key_check(k, &kind), 0);
-}
-
 static void assert_view_consistent(const wxg_msg_view_t *m)
 {
-    assert_key_is_safe(m->key);
+    wxg_test_assert_key_safe(m->key, NULL);
     char kind = 0;
     assert_int_equal(wxg_key_check(m->key, &kind), 0);
     assert_int_equal(kind, (char)m->key_kind);
@@ -760,7 +747,7 @@ static void hostile_accounts_never_appear_raw_in_keys(void **state)
         snprintf(doc, sizeof doc, "{\"wcId\":\"%s\",\"data\":{\"newMsgId\":42}}", accts[i]);
         wxg_batch_t *b = decode_ok(doc);
         const wxg_msg_view_t *m = only(b);
-        assert_key_is_safe(m->key);
+        wxg_test_assert_key_safe(m->key, NULL);
         assert_int_equal(m->key[0], 'x');
         assert_int_equal(strlen(m->key), 65 + strlen(":n:42"));
         wxg_batch_free(b);
@@ -774,7 +761,7 @@ static void hostile_accounts_never_appear_raw_in_keys(void **state)
     n += big;
     n += (size_t)snprintf(s + n, 64, "\",\"data\":{\"newMsgId\":42}}");
     wxg_batch_t *b = decode_ok_f(s, n, WXG_FORMAT_AUTO);
-    assert_key_is_safe(only(b)->key);
+    wxg_test_assert_key_safe(only(b)->key, NULL);
     assert_true(strlen(only(b)->key) < WXG_KEY_MAX);
     wxg_batch_free(b);
     free(s);
@@ -801,7 +788,7 @@ static void hostile_ids_never_appear_raw_in_keys(void **state)
         const wxg_msg_view_t *m = only(b);
         assert_int_equal(m->key_kind, WXG_KEY_FINGERPRINT);
         assert_null(m->msg_id);
-        assert_key_is_safe(m->key);
+        wxg_test_assert_key_safe(m->key, NULL);
         wxg_batch_free(b);
     }
     /* 100 KB of digits. */
@@ -815,7 +802,7 @@ static void hostile_ids_never_appear_raw_in_keys(void **state)
     wxg_batch_t *b = decode_ok_f(s, n, WXG_FORMAT_AUTO);
     assert_int_equal(only(b)->key_kind, WXG_KEY_FINGERPRINT);
     assert_non_null(strstr(only(b)->key_reason, "larger than 2^64-1"));
-    assert_key_is_safe(only(b)->key);
+    wxg_test_assert_key_safe(only(b)->key, NULL);
     wxg_batch_free(b);
     free(s);
 }
