@@ -205,9 +205,9 @@ struct wxg_consumer_s {
     atomic_uint_fast64_t round_trips, batches, batched_jobs;
 
     /* Readiness. */
-    atomic_int joined;                        /* an assignment (possibly empty) arrived */
+    atomic_int joined;                             /* an assignment (possibly empty) arrived */
     atomic_int_fast64_t redis_ok_ms, redis_err_ms; /* latest whole guard call success/failure */
-    atomic_int redis_err;                     /* the WXG_E* code of that failure */
+    atomic_int redis_err;                          /* the WXG_E* code of that failure */
     atomic_size_t stalled_n;
     pthread_mutex_t ready_mu; /* stall_reason */
     int ready_mu_init;
@@ -1598,8 +1598,8 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     static const char *const outcomes[CL_N] = {"claimed", "duplicate", "busy"};
     static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
     static const char *const results[PR_N] = {"ok", "retry", "fail"};
-    m->records = wxg_metrics_counter(r, "wxg_consumer_records_total", "Records polled from Kafka.",
-                                     NULL);
+    m->records =
+        wxg_metrics_counter(r, "wxg_consumer_records_total", "Records polled from Kafka.", NULL);
     m->decode_errors =
         wxg_metrics_counter(r, "wxg_decode_errors_total",
                             "Records that did not decode (parked in the dead-letter topic).", NULL);
@@ -1610,9 +1610,9 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
         if (!m->claims[i])
             goto fail;
     }
-    m->mismatches = wxg_metrics_counter(
-        r, "wxg_guard_payload_mismatches_total",
-        "Duplicates whose payload differs from the one that finished.", NULL);
+    m->mismatches =
+        wxg_metrics_counter(r, "wxg_guard_payload_mismatches_total",
+                            "Duplicates whose payload differs from the one that finished.", NULL);
     for (int i = 0; i < GE_N; i++) {
         m->guard_errors[i] = wxg_metrics_counter(
             r, "wxg_guard_errors_total",
@@ -1621,11 +1621,11 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
         if (!m->guard_errors[i])
             goto fail;
     }
-    m->processed = wxg_metrics_counter(r, "wxg_messages_processed_total",
-                                       "Messages completed (DONE written) after their plugins.",
-                                       NULL);
-    m->retries =
-        wxg_metrics_counter(r, "wxg_retries_total", "Plugin RETRY results that were retried.", NULL);
+    m->processed =
+        wxg_metrics_counter(r, "wxg_messages_processed_total",
+                            "Messages completed (DONE written) after their plugins.", NULL);
+    m->retries = wxg_metrics_counter(r, "wxg_retries_total",
+                                     "Plugin RETRY results that were retried.", NULL);
     m->dlq_writes = wxg_metrics_counter(r, "wxg_dlq_writes_total",
                                         "Records written to the dead-letter topic.", NULL);
     m->dlq_errors = wxg_metrics_counter(r, "wxg_dlq_write_errors_total",
@@ -1644,20 +1644,19 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                              "Revokes whose drain ran out of budget.", NULL);
     m->inflight = wxg_metrics_gauge(r, "wxg_inflight_messages",
                                     "Messages in the worker pool or waiting to enter it.", NULL);
-    m->queue = wxg_metrics_gauge(r, "wxg_queue_depth",
-                                 "Messages in the worker pool that no worker is running now.",
-                                 NULL);
+    m->queue = wxg_metrics_gauge(
+        r, "wxg_queue_depth", "Messages in the worker pool that no worker is running now.", NULL);
     m->assigned = wxg_metrics_gauge(r, "wxg_assigned_partitions",
                                     "Partitions assigned to this replica.", NULL);
-    m->paused = wxg_metrics_gauge(r, "wxg_paused_partitions",
-                                  "Partitions paused by backpressure.", NULL);
+    m->paused =
+        wxg_metrics_gauge(r, "wxg_paused_partitions", "Partitions paused by backpressure.", NULL);
     m->oldest = wxg_metrics_gauge(r, "wxg_oldest_inflight_age_seconds",
                                   "Age of the oldest message in the worker pool.", NULL);
     m->stalled = wxg_metrics_gauge(r, "wxg_stalled",
                                    "1 while the stall detector holds /readyz false.", NULL);
-    m->claim_seconds = wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
-                                             "One claim script call (a batch of messages).", NULL,
-                                             0, NULL);
+    m->claim_seconds =
+        wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
+                              "One claim script call (a batch of messages).", NULL, 0, NULL);
     m->c2c_seconds = wxg_metrics_histogram(
         r, "wxg_claim_to_commit_seconds",
         "From a record's first claim to the commit of its offset.", NULL, 0, NULL);
@@ -1681,10 +1680,9 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
             if (!m->plugin_results[s * PR_N + (size_t)k])
                 goto fail;
         }
-        m->plugin_seconds[s] =
-            wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
-                                  "One plugin's handling of one message.", NULL, 0, "plugin", name,
-                                  NULL);
+        m->plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
+                                                     "One plugin's handling of one message.", NULL,
+                                                     0, "plugin", name, NULL);
         if (!m->plugin_seconds[s])
             goto fail;
     }

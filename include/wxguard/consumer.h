@@ -101,22 +101,22 @@ typedef struct wxg_consumer_stats {
     uint64_t commits;           /* successful commits (of one or more partitions) */
     uint64_t offsets_committed; /* partition offsets committed successfully */
     uint64_t commit_errors;
-    uint64_t stale_finishes;    /* work finished for a partition no longer (or newly) assigned */
-    uint64_t rebalances;        /* assign + revoke events */
-    uint64_t revoke_timeouts;   /* revokes whose drain ran out of budget */
-    size_t assigned;            /* partitions assigned now */
-    size_t paused;              /* partitions paused by backpressure now */
-    size_t in_flight;           /* messages in the pool or waiting to enter it */
-    int64_t oldest_age_ms;      /* age of the oldest message in the pool */
-    int64_t lag;                /* sum over assigned partitions of high watermark - watermark */
-    uint64_t redis_round_trips; /* guard calls that reached Redis, over every worker */
-    uint64_t batches;           /* worker batches run */
-    uint64_t batched_jobs;      /* jobs over those batches (mean batch = batched_jobs/batches) */
-    int64_t latency_p50_us;     /* dispatch to finished (committable), median of the records */
-    int64_t latency_p99_us;     /* ... and 99th percentile; 0 before the first record */
-    uint64_t claimed;           /* claims that made this replica the owner */
+    uint64_t stale_finishes;     /* work finished for a partition no longer (or newly) assigned */
+    uint64_t rebalances;         /* assign + revoke events */
+    uint64_t revoke_timeouts;    /* revokes whose drain ran out of budget */
+    size_t assigned;             /* partitions assigned now */
+    size_t paused;               /* partitions paused by backpressure now */
+    size_t in_flight;            /* messages in the pool or waiting to enter it */
+    int64_t oldest_age_ms;       /* age of the oldest message in the pool */
+    int64_t lag;                 /* sum over assigned partitions of high watermark - watermark */
+    uint64_t redis_round_trips;  /* guard calls that reached Redis, over every worker */
+    uint64_t batches;            /* worker batches run */
+    uint64_t batched_jobs;       /* jobs over those batches (mean batch = batched_jobs/batches) */
+    int64_t latency_p50_us;      /* dispatch to finished (committable), median of the records */
+    int64_t latency_p99_us;      /* ... and 99th percentile; 0 before the first record */
+    uint64_t claimed;            /* claims that made this replica the owner */
     uint64_t payload_mismatches; /* duplicates whose payload differs from the finished one */
-    size_t stalled;             /* partitions the stall detector holds stalled now */
+    size_t stalled;              /* partitions the stall detector holds stalled now */
 } wxg_consumer_stats_t;
 
 typedef struct wxg_consumer_s wxg_consumer_t;
