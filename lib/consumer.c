@@ -1206,10 +1206,12 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_list_destroy(l);
     }
     /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
-     *    arriving from now on are stale. */
+     *    arriving from now on are stale. Not while closing: there is no later assignment, and
+     *    librdkafka 2.0's resume waits for an answer that rd_kafka_consumer_close() (which
+     *    runs this callback) never gives, so the process would hang on SIGTERM. */
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
-    for (size_t i = 0; res && i < nv; i++) {
+    for (size_t i = 0; res && !c->closing && i < nv; i++) {
         if (v[i]->paused)
             res[nr++] = v[i];
     }
