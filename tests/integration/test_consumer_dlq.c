@@ -66,7 +66,13 @@ static int read_dlq(const wxg_ct_t *t, dlq_rec *out, int want, int timeout_ms)
         if (!m->err && out) {
             rd_kafka_headers_t *h = NULL;
             rd_kafka_message_headers(m, &h);
-            out[got].value = strndup(m->payload ? m->payload : "", m->len);
+            /* The payload is not NUL-terminated: copy exactly m->len bytes (strndup would
+             * look for a NUL past the end, which ASan's strict string checks report). */
+            out[got].value = malloc(m->len + 1);
+            assert_non_null(out[got].value);
+            if (m->len > 0)
+                memcpy(out[got].value, m->payload, m->len);
+            out[got].value[m->len] = '\0';
             hdr(h, "wxg-dlq-original-topic", out[got].hdr_topic, sizeof out[got].hdr_topic);
             hdr(h, "wxg-dlq-original-offset", out[got].hdr_offset, sizeof out[got].hdr_offset);
             hdr(h, "wxg-dlq-error", out[got].hdr_error, sizeof out[got].hdr_error);
