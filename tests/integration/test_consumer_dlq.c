@@ -133,6 +133,12 @@ static void poison_and_failing_messages_are_parked_and_the_partition_keeps_flowi
     dlq_rec recs[3];
     memset(recs, 0, sizeof recs);
     assert_int_equal(read_dlq(&t, recs, 3, 3000), 2);
+    /* The two are parked by different workers (different conversations), in either order. */
+    if (strcmp(recs[0].hdr_offset, "5") != 0) {
+        dlq_rec tmp = recs[0];
+        recs[0] = recs[1];
+        recs[1] = tmp;
+    }
     assert_string_equal(recs[0].value, "{\"account\": oops");
     assert_string_equal(recs[0].hdr_topic, t.topic);
     assert_string_equal(recs[0].hdr_offset, "5");
