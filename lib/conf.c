@@ -93,13 +93,13 @@ static const wxg_conf_keydef_t keys[] = {
           "Callback format of the records; auto detects it per record."),
     KINT("consumer.workers", "4", 1, 256, C_,
          "Worker threads; each holds its own Redis connection. Messages of one conversation "
-         "always run on the same worker, in order."),
+         "run one at a time, in order, though not always on the same worker thread."),
     KINT("consumer.queue.capacity", "4096", 1, 1000000, C_,
          "Messages held in the worker queues at most; above it the consumer pauses partitions "
          "until the pool drains."),
     KINT("consumer.batch.max", "64", 1, 1024, C_,
          "Messages claimed or completed in one Redis script call at most."),
-    KDUR("consumer.batch.delay.ms", "2ms", 0, 1 * SEC, C_,
+    KDUR("consumer.batch.delay.ms", "1ms", 0, 1 * SEC, C_,
          "How long a worker waits to fill a batch before it sends a partial one."),
     KDUR("consumer.drain.timeout.ms", "30s", 0, 10 * MIN, C_,
          "Budget for finishing in-flight messages on shutdown and before giving up revoked "

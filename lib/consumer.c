@@ -21,8 +21,20 @@
  * finished in the offsets tracker when its last job finishes, unless a job was cancelled (its
  * partition was revoked): then the offset stays unfinished and the new owner redoes it.
  *
- * Locks: the consumer adds none of its own beyond atomics. Pool callbacks that run with the
- * pool lock held (cancelled, pressure) only touch atomics, the watchdog and the job's record.
+ * Locks: each partition has a small mutex (`cpart.mu`) over its list of records in flight (in
+ * dispatch order) and its ring of claim times waiting for a commit. The poll thread takes it to
+ * link a record, to find the oldest one for the stall detector and to match commits; whoever
+ * drops a record's last reference takes it to unlink the record before freeing it, which is
+ * what lets the poll thread read the oldest record's offset and key safely. It is held for a
+ * few pointer moves only and nothing else is taken inside it; pool callbacks may take it
+ * (lock order: pool lock, then cpart.mu). `ready_mu` guards the stall reason text for /readyz.
+ * Everything else is atomics.
+ *
+ * Metrics: counters are metric handles (lib/metrics.c atomics) bumped where the event happens;
+ * gauges are set by the poll thread (every GAUGE_EVERY_MS, lag every LAG_EVERY_MS from
+ * librdkafka's cached watermarks, which never block); wxg_consumer_stats() reads the handles.
+ * Claim-to-commit latency: a record's first claim time goes into its partition's ring when it
+ * finishes, and the commit callback observes every entry below the committed offset.
  *
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
@@ -32,6 +44,7 @@
 #include "wxguard/consumer.h"
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -50,7 +63,13 @@
 #define STORE_EVERY_MS       20
 #define PAUSE_EVERY_MS       10
 #define STATS_EVERY_MS       10000
+#define GAUGE_EVERY_MS       100
+#define LAG_EVERY_MS         1000
+#define STALL_EVERY_MS       200
+#define REDIS_DOWN_HOLD_MS   30000
+#define C2C_RING             2048
 #define LAT_BUCKETS          128
+#define KEY_LOG_MAX          160
 
 enum { PH_CLAIM = 0, PH_COMPLETE, PH_DLQ, PH_FAILMARK };
 enum { OUT_ACTIVE = 0, OUT_OK, OUT_RETRY, OUT_FAIL, OUT_LOST };
@@ -69,6 +88,7 @@ typedef struct job {
     size_t slot;
     wxg_guard_claim_t claim;
     wxg_guard_watch_t *watch;
+    atomic_int done; /* finished or cancelled: the stall detector names the first job left */
     uint32_t errors; /* consecutive infrastructure errors, for backoff */
     uint32_t attempts;
     int fail_code;
@@ -85,11 +105,19 @@ struct rec {
     wxg_offsets_ticket_t ticket;
     atomic_int refs;
     atomic_int cancelled;
+    atomic_int_fast64_t claimed_us; /* first claim call's time, 0 before it */
+    rec *lprev, *lnext;             /* the partition's in-flight list, under part->mu */
     int decode_err;
     char *decode_reason;
     size_t njobs;
     job jobs[];
 };
+
+typedef struct c2c_entry {
+    int64_t offset;
+    int64_t claimed_us;
+    uint64_t epoch;
+} c2c_entry;
 
 struct cpart {
     char *topic;
@@ -97,8 +125,32 @@ struct cpart {
     uint64_t tag;
     int assigned;
     int paused;
-    int64_t hi; /* cached high watermark for lag */
+    int64_t paused_since_ms; /* when backpressure paused it (poll thread) */
+    uint64_t epoch;          /* of the current assignment (poll thread) */
+    int stalled;             /* the stall detector's state (poll thread) */
+    int64_t stalled_offset;
+    wxg_metric_t *lag;
+    pthread_mutex_t mu; /* head/tail and the c2c ring */
+    rec *head, *tail;   /* records in flight, oldest first */
+    c2c_entry *c2c;     /* C2C_RING entries: finished records waiting for a commit */
+    size_t c2c_head, c2c_len;
 };
+
+/* The consumer's metric handles (docs/metrics.md). */
+enum { CL_CLAIMED = 0, CL_DUPLICATE, CL_BUSY, CL_N };
+enum { GE_CLAIM = 0, GE_COMPLETE, GE_FAIL, GE_PLUGIN_DONE, GE_N };
+enum { PR_OK = 0, PR_RETRY, PR_FAIL, PR_N };
+typedef struct cmetrics {
+    wxg_metrics_t *reg;
+    wxg_metrics_t *own; /* a private registry when the caller gave none */
+    wxg_metric_t *records, *decode_errors, *claims[CL_N], *mismatches, *guard_errors[GE_N];
+    wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost, *commits;
+    wxg_metric_t *commit_failures, *assigns, *revokes, *revoke_timeouts;
+    wxg_metric_t *inflight, *queue, *assigned, *paused, *oldest, *stalled;
+    wxg_metric_t *claim_seconds, *c2c_seconds;
+    wxg_metric_t **plugin_results; /* nplugins * PR_N */
+    wxg_metric_t **plugin_seconds; /* nplugins */
+} cmetrics;
 
 typedef struct wstate {
     wxg_consumer_t *c;
@@ -137,6 +189,7 @@ struct wxg_consumer_s {
     size_t npending;
 
     volatile sig_atomic_t stop;
+    atomic_int stop_requested; /* the same, for other threads (readiness) */
     atomic_int fatal;
     atomic_int pressure;
     int stopping;
@@ -144,12 +197,21 @@ struct wxg_consumer_s {
     int ran;
     size_t window_limit;
 
-    atomic_uint_fast64_t received, messages, decode_errors, duplicates, busy, processed, retried,
-        dead_lettered, dlq_errors, lease_lost, guard_errors, offsets_stored, store_state, commits,
-        offsets_committed, commit_errors, stale_finishes, rebalances, revoke_timeouts;
-    atomic_size_t assigned_n, paused_n, pending_n;
+    cmetrics m;
+    /* Internal counters that have no metric of their own. */
+    atomic_uint_fast64_t messages, offsets_stored, store_state, offsets_committed, stale_finishes;
+    atomic_size_t pending_n;
     atomic_int_fast64_t lag;
-    atomic_uint_fast64_t round_trips;
+    atomic_uint_fast64_t round_trips, batches, batched_jobs;
+
+    /* Readiness. */
+    atomic_int joined;                             /* an assignment (possibly empty) arrived */
+    atomic_int_fast64_t redis_ok_ms, redis_err_ms; /* latest whole guard call success/failure */
+    atomic_int redis_err;                          /* the WXG_E* code of that failure */
+    atomic_size_t stalled_n;
+    pthread_mutex_t ready_mu; /* stall_reason */
+    int ready_mu_init;
+    char stall_reason[256];
     /* Dispatch-to-finished latency: bucket i counts records that took about 2^(i/4) us. */
     atomic_uint_fast64_t latency[LAT_BUCKETS];
 };
@@ -243,7 +305,28 @@ static void rec_release(wxg_consumer_t *c, rec *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) != 1)
         return;
-    if (!atomic_load(&r->cancelled)) {
+    cpart *p = r->part;
+    int cancelled = atomic_load(&r->cancelled);
+    int64_t claimed = atomic_load(&r->claimed_us);
+    pthread_mutex_lock(&p->mu);
+    if (r->lprev)
+        r->lprev->lnext = r->lnext;
+    else
+        p->head = r->lnext;
+    if (r->lnext)
+        r->lnext->lprev = r->lprev;
+    else
+        p->tail = r->lprev;
+    /* The claim time goes in before the offset is finished, so that no commit can pass the
+     * offset before its sample is there. A full ring drops the sample (the histogram is then
+     * a sample of the records). */
+    if (!cancelled && claimed > 0 && p->c2c && p->c2c_len < C2C_RING) {
+        p->c2c[(p->c2c_head + p->c2c_len) % C2C_RING] =
+            (c2c_entry){.offset = r->rkm->offset, .claimed_us = claimed, .epoch = r->ticket.epoch};
+        p->c2c_len++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!cancelled) {
         if (wxg_offsets_finish(&r->ticket) == WXG_ESTATE)
             atomic_fetch_add(&c->stale_finishes, 1);
         else
@@ -266,6 +349,7 @@ static void job_drop_claim(wxg_consumer_t *c, job *j)
 
 static void job_finish(wxg_consumer_t *c, job *j)
 {
+    atomic_store(&j->done, 1);
     job_drop_claim(c, j);
     rec_release(c, j->r);
 }
@@ -321,10 +405,20 @@ static void requeue(wstate *ws, job *j, int phase, int64_t delay_ms)
     ws->out[j->slot] = delay_ms < 0 ? 0 : delay_ms;
 }
 
-static void note_guard_error(wstate *ws, const char *op, int rc, size_t n)
+/* A guard call that reached Redis and got its answers: Redis is reachable. */
+static void redis_ok(wxg_consumer_t *c)
 {
+    atomic_store(&c->redis_ok_ms, mono_ms());
+}
+
+static void note_guard_error(wstate *ws, int op_index, int rc, size_t n)
+{
+    static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
+    const char *op = ops[op_index];
     wxg_consumer_t *c = ws->c;
-    atomic_fetch_add(&c->guard_errors, 1);
+    wxg_counter_inc(c->m.guard_errors[op_index]);
+    atomic_store(&c->redis_err, rc);
+    atomic_store(&c->redis_err_ms, mono_ms());
     if (rc == WXG_EAUTH) {
         int expected = 0;
         atomic_compare_exchange_strong(&c->fatal, &expected, rc);
@@ -378,8 +472,13 @@ static void run_chain(wstate *ws, job **v, size_t n)
             call.partition = j->r->part->partition;
             call.offset = j->r->rkm->offset;
             call.prev_result = prev_result(j, name);
+            int64_t t0 = mono_us();
             wxg_plugin_result_t res =
                 wxg_plugin_chain_handle(c->conf.chain, ws->pt, s, j->msg, &call);
+            wxg_histogram_observe(c->m.plugin_seconds[s], (double)(mono_us() - t0) / 1e6);
+            wxg_counter_inc(c->m.plugin_results[s * PR_N + (res == WXG_PLUGIN_OK      ? PR_OK
+                                                            : res == WXG_PLUGIN_RETRY ? PR_RETRY
+                                                                                      : PR_FAIL)]);
             if (res == WXG_PLUGIN_OK) {
                 if (s + 1 < np) {
                     ws->dones[nd] = (wxg_guard_plugin_done_t){
@@ -400,9 +499,10 @@ static void run_chain(wstate *ws, job **v, size_t n)
         if (rc != 0) {
             /* The markers only spare work after a partial failure; complete is what counts,
              * so go on and let complete decide. */
-            note_guard_error(ws, "plugin_done", rc, nd);
+            note_guard_error(ws, GE_PLUGIN_DONE, rc, nd);
             continue;
         }
+        redis_ok(c);
         for (size_t k = 0; k < nd; k++) {
             if (ws->results[k] == WXG_GUARD_LEASE_LOST)
                 ws->donejobs[k]->outcome = OUT_LOST;
@@ -419,7 +519,7 @@ static int write_dlq(wstate *ws, job *j)
     rd_kafka_message_t *m = r->rkm;
     if (j->has_claim && wxg_guard_watch_status(j->watch) == WXG_GUARD_WATCH_LOST) {
         /* Another owner took the message over meanwhile: let a fresh claim decide. */
-        atomic_fetch_add(&c->lease_lost, 1);
+        wxg_counter_inc(c->m.lease_lost);
         requeue(ws, j, PH_CLAIM, 0);
         return 0;
     }
@@ -463,7 +563,7 @@ static int write_dlq(wstate *ws, job *j)
     int rc = wxg_dlq_write(c->conf.dlq, &dr, NULL, err, sizeof err);
     free(hv);
     if (rc != 0) {
-        atomic_fetch_add(&c->dlq_errors, 1);
+        wxg_counter_inc(c->m.dlq_errors);
         wxg_log(WXG_LOG_ERROR, "dlq_write_failed", WXG_LS("topic", r->part->topic),
                 WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset), WXG_LERR(rc),
                 WXG_LS("reason", err));
@@ -471,7 +571,7 @@ static int write_dlq(wstate *ws, job *j)
         return 0;
     }
     j->errors = 0;
-    atomic_fetch_add(&c->dead_lettered, 1);
+    wxg_counter_inc(c->m.dlq_writes);
     wxg_log(WXG_LOG_WARN, "dead_lettered", WXG_LS("topic", r->part->topic),
             WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset),
             WXG_LERR(dr.error), WXG_LU("attempts", j->attempts), WXG_LS("plugin", j->fail_plugin),
@@ -495,14 +595,15 @@ static void mark_failed(wstate *ws, job **v, size_t n)
     }
     int rc = wxg_guard_fail_batch(ws->g, ws->failures, n, ws->results);
     if (rc != 0) {
-        note_guard_error(ws, "fail", rc, n);
+        note_guard_error(ws, GE_FAIL, rc, n);
         for (size_t k = 0; k < n; k++)
             requeue(ws, v[k], PH_FAILMARK, infra_backoff(ws, v[k]));
         return;
     }
+    redis_ok(ws->c);
     for (size_t k = 0; k < n; k++) {
         if (ws->results[k] == WXG_GUARD_LEASE_LOST)
-            atomic_fetch_add(&ws->c->lease_lost, 1);
+            wxg_counter_inc(ws->c->m.lease_lost);
         finished(ws, v[k]); /* the DLQ record is durable either way */
     }
 }
@@ -543,31 +644,42 @@ static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n
                                             .payload_hash = j->msg->payload_hash};
         }
         memset(ws->claims, 0, nclaim * sizeof *ws->claims);
+        int64_t t0 = mono_us();
         int rc = wxg_guard_claim_batch(ws->g, ws->msgs, nclaim, ws->claims);
+        int64_t t1 = mono_us();
+        wxg_histogram_observe(c->m.claim_seconds, (double)(t1 - t0) / 1e6);
         if (rc != 0) {
-            note_guard_error(ws, "claim", rc, nclaim);
+            note_guard_error(ws, GE_CLAIM, rc, nclaim);
             for (size_t k = 0; k < nclaim; k++)
                 requeue(ws, ws->claimv[k], PH_CLAIM, infra_backoff(ws, ws->claimv[k]));
             nclaim = 0;
+        } else {
+            redis_ok(c);
         }
         for (size_t k = 0; k < nclaim; k++) {
             job *j = ws->claimv[k];
             wxg_guard_claim_t *cl = &ws->claims[k];
+            int_fast64_t unset = 0;
             j->errors = 0;
+            /* The record's claim-to-commit clock starts at its first claim answer. */
+            atomic_compare_exchange_strong(&j->r->claimed_us, &unset, t0);
             switch (cl->outcome) {
             case WXG_GUARD_DUPLICATE:
-                atomic_fetch_add(&c->duplicates, 1);
+                wxg_counter_inc(c->m.claims[CL_DUPLICATE]);
+                if (cl->payload_mismatch)
+                    wxg_counter_inc(c->m.mismatches);
                 wxg_guard_claim_clear(cl);
                 finished(ws, j);
                 break;
             case WXG_GUARD_BUSY: {
-                atomic_fetch_add(&c->busy, 1);
+                wxg_counter_inc(c->m.claims[CL_BUSY]);
                 int64_t d = cl->lease_ms_left > 0 ? cl->lease_ms_left : 0;
                 wxg_guard_claim_clear(cl);
                 requeue(ws, j, PH_CLAIM, d + 5 + rand_r(&ws->seed) % 50);
                 break;
             }
             case WXG_GUARD_CLAIMED:
+                wxg_counter_inc(c->m.claims[CL_CLAIMED]);
                 j->claim = *cl; /* takes over what the result owns */
                 memset(cl, 0, sizeof *cl);
                 j->claim.ticket.key = j->msg->key;
@@ -599,7 +711,7 @@ static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n
                 ws->completev[ncomplete++] = j;
                 break;
             case OUT_LOST:
-                atomic_fetch_add(&c->lease_lost, 1);
+                wxg_counter_inc(c->m.lease_lost);
                 requeue(ws, j, PH_CLAIM, 0);
                 break;
             case OUT_RETRY:
@@ -622,19 +734,20 @@ static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n
             ws->tickets[k] = ws->completev[k]->claim.ticket;
         int rc = wxg_guard_complete_batch(ws->g, ws->tickets, ncomplete, ws->results);
         if (rc != 0) {
-            note_guard_error(ws, "complete", rc, ncomplete);
+            note_guard_error(ws, GE_COMPLETE, rc, ncomplete);
             for (size_t k = 0; k < ncomplete; k++)
                 requeue(ws, ws->completev[k], PH_COMPLETE, infra_backoff(ws, ws->completev[k]));
         } else {
+            redis_ok(c);
             for (size_t k = 0; k < ncomplete; k++) {
                 job *j = ws->completev[k];
                 if (ws->results[k] == WXG_GUARD_LEASE_LOST) {
-                    atomic_fetch_add(&c->lease_lost, 1);
+                    wxg_counter_inc(c->m.lease_lost);
                     requeue(ws, j, PH_CLAIM, 0);
                     continue;
                 }
                 j->errors = 0;
-                atomic_fetch_add(&c->processed, 1);
+                wxg_counter_inc(c->m.processed);
                 finished(ws, j);
             }
         }
@@ -650,10 +763,12 @@ static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n
         }
         int rc = wxg_guard_fail_batch(ws->g, ws->failures, nretry, ws->results);
         if (rc != 0)
-            note_guard_error(ws, "fail", rc, nretry); /* the lease runs out by itself */
+            note_guard_error(ws, GE_FAIL, rc, nretry); /* the lease runs out by itself */
+        else
+            redis_ok(c);
         for (size_t k = 0; k < nretry; k++) {
             job *j = ws->retryv[k];
-            atomic_fetch_add(&c->retried, 1);
+            wxg_counter_inc(c->m.retries);
             requeue(
                 ws, j, PH_CLAIM,
                 backoff_ms(ws, j->attempts, c->conf.backoff_initial_ms, c->conf.backoff_max_ms));
@@ -679,6 +794,7 @@ static void worker_cancelled(void *opaque, void *item)
 {
     wxg_consumer_t *c = opaque;
     job *j = item;
+    atomic_store(&j->done, 1);
     atomic_store(&j->r->cancelled, 1);
     job_drop_claim(c, j);
     rec_release(c, j->r);
@@ -801,7 +917,10 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
     if (!p)
         return NULL;
     p->topic = strdup(topic);
-    if (!p->topic) {
+    p->c2c = calloc(C2C_RING, sizeof *p->c2c);
+    if (!p->topic || !p->c2c || pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p->c2c);
+        free(p->topic);
         free(p);
         return NULL;
     }
@@ -818,8 +937,8 @@ static void count_parts(wxg_consumer_t *c)
         a += c->parts[i]->assigned;
         pz += c->parts[i]->assigned && c->parts[i]->paused;
     }
-    atomic_store(&c->assigned_n, a);
-    atomic_store(&c->paused_n, pz);
+    wxg_gauge_set(c->m.assigned, (double)a);
+    wxg_gauge_set(c->m.paused, (double)pz);
 }
 
 /* Pauses (want=1) or resumes (want=0) the listed partitions and records which ones we paused,
@@ -835,9 +954,13 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
         rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition);
     rd_kafka_resp_err_t err =
         want ? rd_kafka_pause_partitions(c->rk, l) : rd_kafka_resume_partitions(c->rk, l);
+    int64_t now = mono_ms();
     for (int i = 0; i < l->cnt; i++) {
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (want && !v[i]->paused)
+                v[i]->paused_since_ms = now;
             v[i]->paused = want;
+        }
     }
     const char *why = !want                                          ? "drained"
                       : c->stopping                                  ? "shutdown"
@@ -910,6 +1033,25 @@ static void store_offsets(wxg_consumer_t *c)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+static cpart *part_find(wxg_consumer_t *c, const char *topic, int32_t partition);
+
+/* Observes the claim-to-commit latency of every finished record below `committed`. */
+static void c2c_committed(wxg_consumer_t *c, cpart *p, int64_t committed)
+{
+    int64_t now = mono_us();
+    pthread_mutex_lock(&p->mu);
+    while (p->c2c_len > 0) {
+        c2c_entry *e = &p->c2c[p->c2c_head];
+        if (e->epoch == p->epoch && e->offset >= committed)
+            break;
+        if (e->epoch == p->epoch)
+            wxg_histogram_observe(c->m.c2c_seconds, (double)(now - e->claimed_us) / 1e6);
+        p->c2c_head = (p->c2c_head + 1) % C2C_RING;
+        p->c2c_len--;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
@@ -917,14 +1059,19 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
         return; /* nothing new to commit */
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        atomic_fetch_add(&c->commit_errors, 1);
+        wxg_counter_inc(c->m.commit_failures);
         wxg_log(WXG_LOG_WARN, "commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
         return;
     }
-    atomic_fetch_add(&c->commits, 1);
+    wxg_counter_inc(c->m.commits);
     for (int i = 0; offsets && i < offsets->cnt; i++) {
-        if (offsets->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets->elems[i].offset >= 0)
-            atomic_fetch_add(&c->offsets_committed, 1);
+        rd_kafka_topic_partition_t *tp = &offsets->elems[i];
+        if (tp->err != RD_KAFKA_RESP_ERR_NO_ERROR || tp->offset < 0)
+            continue;
+        atomic_fetch_add(&c->offsets_committed, 1);
+        cpart *p = part_find(c, tp->topic, tp->partition);
+        if (p && p->assigned)
+            c2c_committed(c, p, tp->offset);
     }
 }
 
@@ -962,13 +1109,23 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     for (int i = 0; i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         cpart *p = part_get(c, tp->topic, tp->partition);
-        if (!p || wxg_offsets_assign(c->offsets, tp->topic, tp->partition, NULL) != 0) {
+        uint64_t epoch = 0;
+        if (!p || wxg_offsets_assign(c->offsets, tp->topic, tp->partition, &epoch) != 0) {
             wxg_log(WXG_LOG_ERROR, "assign_failed", WXG_LERR(WXG_ENOMEM));
             atomic_store(&c->fatal, WXG_ENOMEM);
             continue;
         }
         p->assigned = 1;
         p->paused = 0;
+        p->epoch = epoch; /* c2c entries of earlier assignments are dropped, never observed */
+        if (!p->lag) {
+            char pnum[16];
+            snprintf(pnum, sizeof pnum, "%d", (int)tp->partition);
+            p->lag = wxg_metrics_gauge(c->m.reg, "wxg_consumer_lag",
+                                       "High watermark minus the finished watermark, per "
+                                       "assigned partition.",
+                                       "topic", tp->topic, "partition", pnum, NULL);
+        }
         if (v)
             v[nv++] = p;
     }
@@ -991,6 +1148,7 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         set_paused(c, v, nv, 1);
     free(v);
     count_parts(c);
+    atomic_store(&c->joined, 1);
     wxg_log(WXG_LOG_INFO, "assigned", WXG_LI("partitions", parts->cnt),
             WXG_LS("protocol", rd_kafka_rebalance_protocol(c->rk)), WXG_LB("paused", global));
 }
@@ -1028,7 +1186,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     for (size_t i = 0; c->pool && i < nv; i++)
         wxg_pool_cancel(c->pool, v[i]->tag);
     if (timed_out)
-        atomic_fetch_add(&c->revoke_timeouts, 1);
+        wxg_counter_inc(c->m.revoke_timeouts);
     /* 3. Commit their watermarks synchronously while they are still ours. */
     if (!lost && nv > 0) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
@@ -1040,7 +1198,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         if (l && l->cnt > 0) {
             rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, l, 0);
             if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-                atomic_fetch_add(&c->commit_errors, 1);
+                wxg_counter_inc(c->m.commit_failures);
                 wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
                         WXG_LS("kafka_err", rd_kafka_err2name(err)));
             }
@@ -1048,10 +1206,12 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_list_destroy(l);
     }
     /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
-     *    arriving from now on are stale. */
+     *    arriving from now on are stale. Not while closing: there is no later assignment, and
+     *    librdkafka 2.0's resume waits for an answer that rd_kafka_consumer_close() (which
+     *    runs this callback) never gives, so the process would hang on SIGTERM. */
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
-    for (size_t i = 0; res && i < nv; i++) {
+    for (size_t i = 0; res && !c->closing && i < nv; i++) {
         if (v[i]->paused)
             res[nr++] = v[i];
     }
@@ -1061,6 +1221,10 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         wxg_offsets_revoke(c->offsets, v[i]->topic, v[i]->partition);
         v[i]->assigned = 0;
         v[i]->paused = 0;
+        wxg_gauge_clear(v[i]->lag);
+        pthread_mutex_lock(&v[i]->mu);
+        v[i]->c2c_head = v[i]->c2c_len = 0;
+        pthread_mutex_unlock(&v[i]->mu);
     }
     free(v);
     /* 5. Release them. */
@@ -1082,10 +1246,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     wxg_consumer_t *c = opaque;
-    atomic_fetch_add(&c->rebalances, 1);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        wxg_counter_inc(c->m.assigns);
         on_assign(c, parts);
     } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        wxg_counter_inc(c->m.revokes);
         on_revoke(c, parts);
     } else {
         wxg_log(WXG_LOG_ERROR, "rebalance_error", WXG_LS("kafka_err", rd_kafka_err2name(err)));
@@ -1161,8 +1326,16 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
     r->decode_err = derr;
     r->njobs = nmsg;
     atomic_store(&r->refs, (int)nmsg + 1);
+    pthread_mutex_lock(&p->mu);
+    r->lprev = p->tail;
+    if (p->tail)
+        p->tail->lnext = r;
+    else
+        p->head = r;
+    p->tail = r;
+    pthread_mutex_unlock(&p->mu);
     if (derr != 0) {
-        atomic_fetch_add(&c->decode_errors, 1);
+        wxg_counter_inc(c->m.decode_errors);
         r->decode_reason = strdup(err);
         job *j = &r->jobs[0];
         j->r = r;
@@ -1211,12 +1384,31 @@ static void handle_message(wxg_consumer_t *c, rd_kafka_message_t *m)
         rd_kafka_message_destroy(m);
         return;
     }
-    atomic_fetch_add(&c->received, 1);
+    wxg_counter_inc(c->m.records);
     dispatch(c, m);
 }
 
 /* ---- periodic work ---- */
 
+/* The position of a partition with nothing dispatched in this assignment: librdkafka's local
+ * fetch position (no broker round trip), or -1 when it has none yet. */
+static int64_t local_position(wxg_consumer_t *c, const cpart *p)
+{
+    int64_t pos = -1;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l)
+        return -1;
+    rd_kafka_topic_partition_list_add(l, p->topic, p->partition);
+    if (rd_kafka_position(c->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        l->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].offset >= 0)
+        pos = l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    return pos;
+}
+
+/* Lag per assigned partition from the high watermark librdkafka cached from its last fetch
+ * response (rd_kafka_get_watermark_offsets never asks the broker, so the poll thread never
+ * waits): high watermark minus the finished watermark. */
 static void update_lag(wxg_consumer_t *c, int log_it)
 {
     int64_t total = 0;
@@ -1229,10 +1421,14 @@ static void update_lag(wxg_consumer_t *c, int log_it)
                 RD_KAFKA_RESP_ERR_NO_ERROR ||
             hi < 0)
             continue;
-        if (wxg_offsets_committable(c->offsets, p->topic, p->partition, &w) != 0)
-            continue;
+        if (wxg_offsets_committable(c->offsets, p->topic, p->partition, &w) != 0) {
+            w = local_position(c, p);
+            if (w < 0)
+                continue;
+        }
         int64_t lag = hi > w ? hi - w : 0;
         total += lag;
+        wxg_gauge_set(p->lag, (double)lag);
         if (log_it)
             wxg_log(WXG_LOG_INFO, "lag", WXG_LS("topic", p->topic),
                     WXG_LI("partition", p->partition), WXG_LI("watermark", w), WXG_LI("high", hi),
@@ -1255,13 +1451,252 @@ static void log_stats(wxg_consumer_t *c)
             WXG_LU("in_flight", s.in_flight), WXG_LI("oldest_ms", s.oldest_age_ms),
             WXG_LI("lag", s.lag), WXG_LU("stale_finishes", s.stale_finishes),
             WXG_LU("store_state", s.store_state), WXG_LU("guard_errors", s.guard_errors),
-            WXG_LU("dlq_errors", s.dlq_errors));
-    if (c->conf.stall_timeout_ms > 0 && s.oldest_age_ms > c->conf.stall_timeout_ms)
-        wxg_log(WXG_LOG_WARN, "stalled", WXG_LI("oldest_ms", s.oldest_age_ms),
-                WXG_LU("in_flight", s.in_flight));
+            WXG_LU("dlq_errors", s.dlq_errors), WXG_LU("stalled", s.stalled));
+}
+
+/* The pool's gauges, read here on the poll thread so that neither a scrape nor
+ * wxg_consumer_stats() ever touches the pool (which shutdown destroys). */
+static void refresh_gauges(wxg_consumer_t *c)
+{
+    wxg_pool_stats_t ps;
+    memset(&ps, 0, sizeof ps);
+    if (c->pool)
+        wxg_pool_stats(c->pool, &ps);
+    wxg_gauge_set(c->m.inflight, (double)(ps.jobs + c->npending));
+    wxg_gauge_set(c->m.queue, (double)(ps.jobs - ps.running));
+    wxg_gauge_set(c->m.oldest, (double)ps.oldest_age_us / 1e6);
+    atomic_store(&c->batches, ps.batches);
+    atomic_store(&c->batched_jobs, ps.batched_jobs);
+}
+
+/* The stall detector (poll thread). A partition is stalled while its oldest record in flight,
+ * or its backpressure pause, is older than stall_timeout_ms. Entering a stall (or a stall
+ * moving on to another record) logs one line with the partition, offset and key; leaving it
+ * logs one more. /readyz reports the first stalled partition. */
+static void check_stalls(wxg_consumer_t *c)
+{
+    int64_t limit = c->conf.stall_timeout_ms;
+    int64_t now_us = mono_us(), now = now_us / 1000;
+    size_t nstalled = 0;
+    char reason[sizeof c->stall_reason] = "";
+    for (size_t i = 0; i < c->nparts; i++) {
+        cpart *p = c->parts[i];
+        int stalled = 0;
+        int64_t age_ms = 0, paused_ms = 0, offset = -1;
+        char key[KEY_LOG_MAX] = "";
+        if (p->assigned && limit > 0) {
+            pthread_mutex_lock(&p->mu);
+            rec *h = p->head;
+            if (h) {
+                age_ms = (now_us - h->dispatched_us) / 1000;
+                offset = h->rkm->offset;
+                for (size_t k = 0; k < h->njobs; k++) {
+                    const job *j = &h->jobs[k];
+                    if (j->msg && !atomic_load(&j->done)) {
+                        snprintf(key, sizeof key, "%s", j->msg->key);
+                        break;
+                    }
+                }
+            }
+            pthread_mutex_unlock(&p->mu);
+            paused_ms = p->paused ? now - p->paused_since_ms : 0;
+            stalled = age_ms > limit || paused_ms > limit;
+            if (stalled && offset < 0 &&
+                wxg_offsets_committable(c->offsets, p->topic, p->partition, &offset) != 0)
+                offset = local_position(c, p);
+        }
+        if (stalled) {
+            if (!p->stalled || p->stalled_offset != offset)
+                wxg_log(WXG_LOG_WARN, "stalled", WXG_LS("topic", p->topic),
+                        WXG_LI("partition", p->partition), WXG_LI("offset", offset),
+                        WXG_LS("key", key[0] ? key : NULL), WXG_LI("in_flight_ms", age_ms),
+                        WXG_LI("paused_ms", paused_ms), WXG_LI("limit_ms", limit));
+            if (nstalled == 0)
+                snprintf(reason, sizeof reason,
+                         "stalled: %s partition %d offset %lld (%s for %lld ms, limit %lld ms)",
+                         p->topic, (int)p->partition, (long long)offset,
+                         age_ms > limit ? "in flight" : "paused",
+                         (long long)(age_ms > limit ? age_ms : paused_ms), (long long)limit);
+            nstalled++;
+            p->stalled = 1;
+            p->stalled_offset = offset;
+        } else if (p->stalled) {
+            wxg_log(WXG_LOG_INFO, "stall_cleared", WXG_LS("topic", p->topic),
+                    WXG_LI("partition", p->partition), WXG_LI("offset", p->stalled_offset),
+                    WXG_LB("assigned", p->assigned));
+            p->stalled = 0;
+        }
+    }
+    if (nstalled > 1) {
+        size_t len = strlen(reason);
+        snprintf(reason + len, sizeof reason - len, " and %zu more", nstalled - 1);
+    }
+    pthread_mutex_lock(&c->ready_mu);
+    memcpy(c->stall_reason, reason, sizeof reason);
+    atomic_store(&c->stalled_n, nstalled);
+    pthread_mutex_unlock(&c->ready_mu);
+    wxg_gauge_set(c->m.stalled, nstalled > 0 ? 1 : 0);
+}
+
+int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
+{
+    char tmp[8];
+    if (!reason || reason_size == 0) {
+        reason = tmp;
+        reason_size = sizeof tmp;
+    }
+    if (!c) {
+        snprintf(reason, reason_size, "no consumer");
+        return 0;
+    }
+    if (atomic_load(&c->stop_requested) || atomic_load(&c->fatal)) {
+        snprintf(reason, reason_size, "stopping");
+        return 0;
+    }
+    if (atomic_load(&c->stalled_n) > 0) {
+        pthread_mutex_lock(&c->ready_mu);
+        snprintf(reason, reason_size, "%s", c->stall_reason);
+        pthread_mutex_unlock(&c->ready_mu);
+        return 0;
+    }
+    if (!atomic_load(&c->joined)) {
+        snprintf(reason, reason_size, "waiting for a partition assignment");
+        return 0;
+    }
+    int up = wxg_producer_brokers_up(wxg_dlq_producer(c->conf.dlq));
+    if (up <= 0) {
+        snprintf(reason, reason_size, "%s",
+                 up < 0 ? "kafka: no connection state yet" : "kafka: no broker reachable");
+        return 0;
+    }
+    int64_t ok = atomic_load(&c->redis_ok_ms), bad = atomic_load(&c->redis_err_ms);
+    if (bad > ok && mono_ms() - bad < REDIS_DOWN_HOLD_MS) {
+        snprintf(reason, reason_size, "redis: the latest guard call failed (%s)",
+                 wxg_strerror(atomic_load(&c->redis_err)));
+        return 0;
+    }
+    size_t n = (size_t)wxg_gauge_value(c->m.assigned);
+    if (n == 0)
+        snprintf(reason, reason_size, "ready: no partition assigned (a spare replica)");
+    else
+        snprintf(reason, reason_size, "ready: %zu partition%s assigned", n, n == 1 ? "" : "s");
+    return 1;
 }
 
 /* ---- life cycle ---- */
+
+/* Registers every metric of docs/metrics.md. 0, or WXG_ENOMEM with errstr (no memory, or a
+ * family of the same name already registered with other labels). */
+static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    cmetrics *m = &c->m;
+    wxg_metrics_t *r = c->conf.metrics;
+    if (!r) {
+        r = m->own = wxg_metrics_new();
+        if (!r)
+            goto fail;
+    }
+    m->reg = r;
+    static const char *const outcomes[CL_N] = {"claimed", "duplicate", "busy"};
+    static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
+    static const char *const results[PR_N] = {"ok", "retry", "fail"};
+    m->records =
+        wxg_metrics_counter(r, "wxg_consumer_records_total", "Records polled from Kafka.", NULL);
+    m->decode_errors =
+        wxg_metrics_counter(r, "wxg_decode_errors_total",
+                            "Records that did not decode (parked in the dead-letter topic).", NULL);
+    for (int i = 0; i < CL_N; i++) {
+        m->claims[i] = wxg_metrics_counter(r, "wxg_guard_claims_total",
+                                           "Claim results per message, by outcome.", "outcome",
+                                           outcomes[i], NULL);
+        if (!m->claims[i])
+            goto fail;
+    }
+    m->mismatches =
+        wxg_metrics_counter(r, "wxg_guard_payload_mismatches_total",
+                            "Duplicates whose payload differs from the one that finished.", NULL);
+    for (int i = 0; i < GE_N; i++) {
+        m->guard_errors[i] = wxg_metrics_counter(
+            r, "wxg_guard_errors_total",
+            "Guard calls that failed as a whole (Redis unreachable, timeout), by operation.", "op",
+            ops[i], NULL);
+        if (!m->guard_errors[i])
+            goto fail;
+    }
+    m->processed =
+        wxg_metrics_counter(r, "wxg_messages_processed_total",
+                            "Messages completed (DONE written) after their plugins.", NULL);
+    m->retries = wxg_metrics_counter(r, "wxg_retries_total",
+                                     "Plugin RETRY results that were retried.", NULL);
+    m->dlq_writes = wxg_metrics_counter(r, "wxg_dlq_writes_total",
+                                        "Records written to the dead-letter topic.", NULL);
+    m->dlq_errors = wxg_metrics_counter(r, "wxg_dlq_write_errors_total",
+                                        "Dead-letter writes that failed (retried later).", NULL);
+    m->lease_lost = wxg_metrics_counter(
+        r, "wxg_lease_lost_total",
+        "Transitions refused because another owner took the message over.", NULL);
+    m->commits = wxg_metrics_counter(r, "wxg_commits_total", "Successful offset commits.", NULL);
+    m->commit_failures =
+        wxg_metrics_counter(r, "wxg_commit_failures_total", "Offset commits that failed.", NULL);
+    m->assigns = wxg_metrics_counter(r, "wxg_rebalances_total", "Rebalance events, by type.",
+                                     "type", "assign", NULL);
+    m->revokes = wxg_metrics_counter(r, "wxg_rebalances_total", "Rebalance events, by type.",
+                                     "type", "revoke", NULL);
+    m->revoke_timeouts = wxg_metrics_counter(r, "wxg_revoke_timeouts_total",
+                                             "Revokes whose drain ran out of budget.", NULL);
+    m->inflight = wxg_metrics_gauge(r, "wxg_inflight_messages",
+                                    "Messages in the worker pool or waiting to enter it.", NULL);
+    m->queue = wxg_metrics_gauge(
+        r, "wxg_queue_depth", "Messages in the worker pool that no worker is running now.", NULL);
+    m->assigned = wxg_metrics_gauge(r, "wxg_assigned_partitions",
+                                    "Partitions assigned to this replica.", NULL);
+    m->paused =
+        wxg_metrics_gauge(r, "wxg_paused_partitions", "Partitions paused by backpressure.", NULL);
+    m->oldest = wxg_metrics_gauge(r, "wxg_oldest_inflight_age_seconds",
+                                  "Age of the oldest message in the worker pool.", NULL);
+    m->stalled = wxg_metrics_gauge(r, "wxg_stalled",
+                                   "1 while the stall detector holds /readyz false.", NULL);
+    m->claim_seconds =
+        wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
+                              "One claim script call (a batch of messages).", NULL, 0, NULL);
+    m->c2c_seconds = wxg_metrics_histogram(
+        r, "wxg_claim_to_commit_seconds",
+        "From a record's first claim to the commit of its offset.", NULL, 0, NULL);
+    if (!m->records || !m->decode_errors || !m->mismatches || !m->processed || !m->retries ||
+        !m->dlq_writes || !m->dlq_errors || !m->lease_lost || !m->commits || !m->commit_failures ||
+        !m->assigns || !m->revokes || !m->revoke_timeouts || !m->inflight || !m->queue ||
+        !m->assigned || !m->paused || !m->oldest || !m->stalled || !m->claim_seconds ||
+        !m->c2c_seconds)
+        goto fail;
+    size_t np = c->nplugins;
+    m->plugin_results = calloc(np * PR_N + 1, sizeof *m->plugin_results);
+    m->plugin_seconds = calloc(np + 1, sizeof *m->plugin_seconds);
+    if (!m->plugin_results || !m->plugin_seconds)
+        goto fail;
+    for (size_t s = 0; s < np; s++) {
+        const char *name = wxg_plugin_chain_name(c->conf.chain, s);
+        for (int k = 0; k < PR_N; k++) {
+            m->plugin_results[s * PR_N + (size_t)k] = wxg_metrics_counter(
+                r, "wxg_plugin_results_total", "Plugin outcomes, by plugin and result.", "plugin",
+                name, "result", results[k], NULL);
+            if (!m->plugin_results[s * PR_N + (size_t)k])
+                goto fail;
+        }
+        m->plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
+                                                     "One plugin's handling of one message.", NULL,
+                                                     0, "plugin", name, NULL);
+        if (!m->plugin_seconds[s])
+            goto fail;
+    }
+    /* Series that should show 0 from the start rather than appear later. */
+    wxg_gauge_set(m->stalled, 0);
+    return 0;
+fail:
+    snprintf(errstr, errstr_size,
+             "consumer: cannot register its metrics (out of memory, or a name already "
+             "registered with other labels)");
+    return WXG_ENOMEM;
+}
 
 wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, size_t errstr_size)
 {
@@ -1288,6 +1723,14 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     c->guard_conf = *conf->guard;
     c->nplugins = wxg_plugin_chain_count(conf->chain);
     c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
+    if (pthread_mutex_init(&c->ready_mu, NULL) != 0) {
+        snprintf(errstr, errstr_size, "consumer: cannot create a mutex");
+        goto fail;
+    }
+    c->ready_mu_init = 1;
+    atomic_store(&c->redis_ok_ms, mono_ms());
+    if (metrics_init(c, errstr, errstr_size) != 0)
+        goto fail;
     c->topics = calloc(conf->ntopics, sizeof *c->topics);
     c->group_id = strdup(conf->group_id ? conf->group_id : "");
     if (!c->topics || !c->group_id) {
@@ -1364,8 +1807,10 @@ fail:
 
 void wxg_consumer_stop(wxg_consumer_t *c)
 {
-    if (c)
+    if (c) {
         c->stop = 1;
+        atomic_store(&c->stop_requested, 1);
+    }
 }
 
 static void shutdown_consumer(wxg_consumer_t *c)
@@ -1391,9 +1836,11 @@ static void shutdown_consumer(wxg_consumer_t *c)
         store_offsets(c);
     }
     /* Workers stop after their current batch; whatever is left is cancelled, unfinished. */
+    refresh_gauges(c);
     wxg_pool_destroy(c->pool);
     c->pool = NULL;
     drop_pending_of(c, NULL);
+    refresh_gauges(c);
     store_offsets(c);
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -1426,6 +1873,7 @@ int wxg_consumer_run(wxg_consumer_t *c)
             WXG_LU("capacity", c->conf.queue_capacity), WXG_LU("batch_max", c->conf.batch_max));
     int64_t now = mono_ms();
     int64_t last_store = now, last_commit = now, last_pause = 0, last_stats = now;
+    int64_t last_gauges = 0, last_lag = now, last_stall = now;
     while (!c->stop && !atomic_load(&c->fatal)) {
         flush_pending(c);
         now = mono_ms();
@@ -1449,10 +1897,22 @@ int wxg_consumer_run(wxg_consumer_t *c)
                         WXG_LS("kafka_err", rd_kafka_err2name(err)));
             last_commit = now;
         }
+        if (now - last_gauges >= GAUGE_EVERY_MS) {
+            refresh_gauges(c);
+            last_gauges = now;
+        }
+        if (now - last_stall >= STALL_EVERY_MS) {
+            check_stalls(c);
+            last_stall = now;
+        }
         if (now - last_stats >= STATS_EVERY_MS) {
             update_lag(c, 1);
             log_stats(c);
             last_stats = now;
+            last_lag = now;
+        } else if (now - last_lag >= LAG_EVERY_MS) {
+            update_lag(c, 0);
+            last_lag = now;
         }
     }
     int fatal = atomic_load(&c->fatal);
@@ -1466,44 +1926,43 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
 {
     if (!c || !out)
         return;
+    const cmetrics *m = &c->m;
     memset(out, 0, sizeof *out);
-    out->received = atomic_load(&c->received);
+    out->received = wxg_counter_value(m->records);
     out->messages = atomic_load(&c->messages);
-    out->decode_errors = atomic_load(&c->decode_errors);
-    out->duplicates = atomic_load(&c->duplicates);
-    out->busy = atomic_load(&c->busy);
-    out->processed = atomic_load(&c->processed);
-    out->retried = atomic_load(&c->retried);
-    out->dead_lettered = atomic_load(&c->dead_lettered);
-    out->dlq_errors = atomic_load(&c->dlq_errors);
-    out->lease_lost = atomic_load(&c->lease_lost);
-    out->guard_errors = atomic_load(&c->guard_errors);
+    out->decode_errors = wxg_counter_value(m->decode_errors);
+    out->claimed = wxg_counter_value(m->claims[CL_CLAIMED]);
+    out->duplicates = wxg_counter_value(m->claims[CL_DUPLICATE]);
+    out->busy = wxg_counter_value(m->claims[CL_BUSY]);
+    out->payload_mismatches = wxg_counter_value(m->mismatches);
+    out->processed = wxg_counter_value(m->processed);
+    out->retried = wxg_counter_value(m->retries);
+    out->dead_lettered = wxg_counter_value(m->dlq_writes);
+    out->dlq_errors = wxg_counter_value(m->dlq_errors);
+    out->lease_lost = wxg_counter_value(m->lease_lost);
+    for (int i = 0; i < GE_N; i++)
+        out->guard_errors += wxg_counter_value(m->guard_errors[i]);
     out->offsets_stored = atomic_load(&c->offsets_stored);
     out->store_state = atomic_load(&c->store_state);
-    out->commits = atomic_load(&c->commits);
+    out->commits = wxg_counter_value(m->commits);
     out->offsets_committed = atomic_load(&c->offsets_committed);
-    out->commit_errors = atomic_load(&c->commit_errors);
-    out->rebalances = atomic_load(&c->rebalances);
-    out->revoke_timeouts = atomic_load(&c->revoke_timeouts);
+    out->commit_errors = wxg_counter_value(m->commit_failures);
+    out->rebalances = wxg_counter_value(m->assigns) + wxg_counter_value(m->revokes);
+    out->revoke_timeouts = wxg_counter_value(m->revoke_timeouts);
     wxg_offsets_stats_t os;
     wxg_offsets_stats(c->offsets, &os);
     out->stale_finishes = os.stale_finishes;
-    out->assigned = atomic_load(&c->assigned_n);
-    out->paused = atomic_load(&c->paused_n);
-    out->in_flight = atomic_load(&c->pending_n);
+    out->assigned = (size_t)wxg_gauge_value(m->assigned);
+    out->paused = (size_t)wxg_gauge_value(m->paused);
+    out->in_flight = (size_t)wxg_gauge_value(m->inflight);
+    out->oldest_age_ms = (int64_t)(wxg_gauge_value(m->oldest) * 1000.0);
+    out->stalled = atomic_load(&c->stalled_n);
     out->lag = atomic_load(&c->lag);
     out->redis_round_trips = atomic_load(&c->round_trips);
+    out->batches = atomic_load(&c->batches);
+    out->batched_jobs = atomic_load(&c->batched_jobs);
     out->latency_p50_us = latency_quantile(c, 0.50);
     out->latency_p99_us = latency_quantile(c, 0.99);
-    wxg_pool_t *pool = c->pool;
-    if (pool) {
-        wxg_pool_stats_t ps;
-        wxg_pool_stats(pool, &ps);
-        out->in_flight += ps.jobs;
-        out->oldest_age_ms = ps.oldest_age_us / 1000;
-        out->batches = ps.batches;
-        out->batched_jobs = ps.batched_jobs;
-    }
 }
 
 void wxg_consumer_destroy(wxg_consumer_t *c)
@@ -1527,9 +1986,16 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
     wxg_guard_watchdog_destroy(c->wd);
     wxg_offsets_destroy(c->offsets);
     for (size_t i = 0; i < c->nparts; i++) {
+        pthread_mutex_destroy(&c->parts[i]->mu);
+        free(c->parts[i]->c2c);
         free(c->parts[i]->topic);
         free(c->parts[i]);
     }
+    free(c->m.plugin_results);
+    free(c->m.plugin_seconds);
+    wxg_metrics_free(c->m.own);
+    if (c->ready_mu_init)
+        pthread_mutex_destroy(&c->ready_mu);
     free(c->parts);
     for (size_t i = 0; c->topics && i < c->conf.ntopics; i++)
         free(c->topics[i]);

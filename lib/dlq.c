@@ -518,6 +518,11 @@ const char *wxg_dlq_topic(const wxg_dlq_t *dlq)
     return dlq->topic;
 }
 
+const wxg_producer_t *wxg_dlq_producer(const wxg_dlq_t *dlq)
+{
+    return dlq != NULL ? dlq->producer : NULL;
+}
+
 void wxg_dlq_destroy(wxg_dlq_t *dlq)
 {
     if (!dlq)

@@ -9,6 +9,9 @@
  * watermarks synchronously and exits 0; a second signal exits at once (nothing has been
  * committed past unfinished work, so nothing is lost: it is redelivered).
  *
+ * When metrics.listen is set, /metrics, /healthz and /readyz are served there (lib/httpd.c) from
+ * start-up until the consumer has stopped; readiness is wxg_consumer_ready().
+ *
  * Exit status: 0 clean stop, 1 fatal error while running, 2 usage or configuration error,
  * 3 start-up failure (Kafka or Redis not usable).
  */
@@ -26,7 +29,9 @@
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
 #include "wxguard/guard.h"
+#include "wxguard/httpd.h"
 #include "wxguard/log.h"
+#include "wxguard/metrics.h"
 #include "wxguard/plugin_registry.h"
 
 #define EXIT_FATAL   1
@@ -43,6 +48,11 @@ static void on_signal(int sig)
     wxg_consumer_t *c = the_consumer;
     if (c)
         wxg_consumer_stop(c);
+}
+
+static int ready_cb(void *opaque, char *reason, size_t size)
+{
+    return wxg_consumer_ready(opaque, reason, size);
 }
 
 static void usage(FILE *out)
@@ -222,6 +232,8 @@ int main(int argc, char **argv)
     wxg_dlq_t *dlq = NULL;
     wxg_consumer_t *c = NULL;
     wxg_conf_map_t *pmap = NULL;
+    wxg_metrics_t *metrics = NULL;
+    wxg_httpd_t *ops = NULL;
     wxg_plugin_kv_t *pkv = NULL;
     char *spec = NULL;
     char prefix[80];
@@ -334,6 +346,13 @@ int main(int argc, char **argv)
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
+    metrics = wxg_metrics_new();
+    if (!metrics) {
+        rd_kafka_conf_destroy(kconf);
+        wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", "out of memory"));
+        goto out;
+    }
+    cc.metrics = metrics;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -348,6 +367,15 @@ int main(int argc, char **argv)
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));
         goto out;
     }
+    const char *ops_listen = nonempty(wxg_conf_get(conf, "metrics.listen"));
+    if (ops_listen) {
+        ops = wxg_httpd_start(ops_listen, metrics, ready_cb, c, err, sizeof err);
+        if (!ops) {
+            wxg_log(WXG_LOG_ERROR, "metrics_listen_failed", WXG_LS("reason", err));
+            goto out;
+        }
+        wxg_log(WXG_LOG_INFO, "metrics_listening", WXG_LI("port", wxg_httpd_port(ops)));
+    }
     the_consumer = c;
     if (signals_seen)
         wxg_consumer_stop(c);
@@ -356,7 +384,9 @@ int main(int argc, char **argv)
 
 out:
     the_consumer = NULL;
+    wxg_httpd_stop(ops); /* first: its readiness callback reads the consumer */
     wxg_consumer_destroy(c);
+    wxg_metrics_free(metrics);
     wxg_dlq_destroy(dlq);
     wxg_producer_destroy(producer, 5000);
     wxg_plugin_chain_destroy(chain);

@@ -19,10 +19,16 @@
  *
  * Logging goes through wxguard/log.h (events: started, assigned, revoked, pause, resume,
  * decode_error, dead_lettered, guard_error, stats every 10 s with every counter, lag per
- * partition, stalled, draining, stopped).
+ * partition, stalled and stall_cleared, draining, stopped).
+ *
+ * Metrics (docs/metrics.md) live in a wxg_metrics_t registry: counters are updated where the
+ * event happens, gauges by the poll thread (at most every 100 ms; lag every second), and
+ * wxg_consumer_stats() reads the same handles, so the log line, the stats and /metrics never
+ * disagree. wxg_consumer_ready() answers /readyz.
  *
  * Threads: new, run and destroy are called from one thread (run blocks). wxg_consumer_stop()
- * may be called from any thread and from a signal handler. wxg_consumer_stats() from any thread.
+ * may be called from any thread and from a signal handler. wxg_consumer_stats() and
+ * wxg_consumer_ready() from any thread.
  */
 #ifndef WXGUARD_CONSUMER_H
 #define WXGUARD_CONSUMER_H
@@ -33,6 +39,7 @@
 #include "wxguard/common.h"
 #include "wxguard/dlq.h"
 #include "wxguard/guard.h"
+#include "wxguard/metrics.h"
 #include "wxguard/msg.h"
 #include "wxguard/plugin_registry.h"
 
@@ -58,11 +65,16 @@ typedef struct wxg_consumer_conf {
     int64_t backoff_max_ms;
     size_t max_message_bytes; /* decode size cap */
     wxg_format_t format;      /* WXG_FORMAT_AUTO detects per record */
-    int64_t stall_timeout_ms; /* warn when the oldest message in flight is older */
+    /* A partition stalls when its oldest message in flight, or its backpressure pause, is older
+     * than this: /readyz turns false and one log line names the partition, offset and key. */
+    int64_t stall_timeout_ms;
 
     const wxg_guard_conf_t *guard; /* copied fields are used by each worker's wxg_guard_new() */
     wxg_plugin_chain_t *chain;     /* borrowed; must outlive the consumer */
     wxg_dlq_t *dlq;                /* borrowed; must outlive the consumer */
+    /* Registry for the consumer's metrics (borrowed; must outlive the consumer); NULL: the
+     * consumer keeps a private one, so wxg_consumer_stats() works either way. */
+    wxg_metrics_t *metrics;
 } wxg_consumer_conf_t;
 
 /* Fills the numeric fields with the documented defaults (4 workers, capacity 4096, batch 64,
@@ -70,7 +82,8 @@ typedef struct wxg_consumer_conf {
  * 5 min stall); pointers are zeroed. */
 WXG_EXPORT void wxg_consumer_conf_init(wxg_consumer_conf_t *conf);
 
-/* Counters since creation (monotonic) and gauges (now). */
+/* Counters since creation (monotonic) and gauges (now; refreshed by the poll thread at most
+ * 100 ms ago). */
 typedef struct wxg_consumer_stats {
     uint64_t received;          /* records polled */
     uint64_t messages;          /* messages decoded from them */
@@ -88,19 +101,22 @@ typedef struct wxg_consumer_stats {
     uint64_t commits;           /* successful commits (of one or more partitions) */
     uint64_t offsets_committed; /* partition offsets committed successfully */
     uint64_t commit_errors;
-    uint64_t stale_finishes;    /* work finished for a partition no longer (or newly) assigned */
-    uint64_t rebalances;        /* assign + revoke events */
-    uint64_t revoke_timeouts;   /* revokes whose drain ran out of budget */
-    size_t assigned;            /* partitions assigned now */
-    size_t paused;              /* partitions paused by backpressure now */
-    size_t in_flight;           /* messages in the pool or waiting to enter it */
-    int64_t oldest_age_ms;      /* age of the oldest message in the pool */
-    int64_t lag;                /* sum over assigned partitions of high watermark - watermark */
-    uint64_t redis_round_trips; /* guard calls that reached Redis, over every worker */
-    uint64_t batches;           /* worker batches run */
-    uint64_t batched_jobs;      /* jobs over those batches (mean batch = batched_jobs/batches) */
-    int64_t latency_p50_us;     /* dispatch to finished (committable), median of the records */
-    int64_t latency_p99_us;     /* ... and 99th percentile; 0 before the first record */
+    uint64_t stale_finishes;     /* work finished for a partition no longer (or newly) assigned */
+    uint64_t rebalances;         /* assign + revoke events */
+    uint64_t revoke_timeouts;    /* revokes whose drain ran out of budget */
+    size_t assigned;             /* partitions assigned now */
+    size_t paused;               /* partitions paused by backpressure now */
+    size_t in_flight;            /* messages in the pool or waiting to enter it */
+    int64_t oldest_age_ms;       /* age of the oldest message in the pool */
+    int64_t lag;                 /* sum over assigned partitions of high watermark - watermark */
+    uint64_t redis_round_trips;  /* guard calls that reached Redis, over every worker */
+    uint64_t batches;            /* worker batches run */
+    uint64_t batched_jobs;       /* jobs over those batches (mean batch = batched_jobs/batches) */
+    int64_t latency_p50_us;      /* dispatch to finished (committable), median of the records */
+    int64_t latency_p99_us;      /* ... and 99th percentile; 0 before the first record */
+    uint64_t claimed;            /* claims that made this replica the owner */
+    uint64_t payload_mismatches; /* duplicates whose payload differs from the finished one */
+    size_t stalled;              /* partitions the stall detector holds stalled now */
 } wxg_consumer_stats_t;
 
 typedef struct wxg_consumer_s wxg_consumer_t;
@@ -120,6 +136,19 @@ WXG_EXPORT int wxg_consumer_run(wxg_consumer_t *c);
 WXG_EXPORT void wxg_consumer_stop(wxg_consumer_t *c);
 
 WXG_EXPORT void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out);
+
+/* Readiness for /readyz: returns 1 when ready, 0 when not, with a one-line reason (no
+ * secrets, no message content) in `reason` (may be NULL). Ready means all of:
+ *   - the replica has joined its group: it received an assignment, possibly empty (a replica
+ *     beyond the partition count is a ready spare, so that a rolling update can proceed);
+ *   - Kafka is reachable: the dead-letter producer, which talks to the same cluster, has a
+ *     broker up;
+ *   - Redis is reachable: the latest guard call of the workers did not fail as a whole (a
+ *     failure older than 30 s with no guard call since no longer counts: an idle replica
+ *     has nothing to prove it by);
+ *   - nothing is stalled (see stall_timeout_ms), and the consumer is not stopping.
+ * Never blocks; any thread, concurrently with run. */
+WXG_EXPORT int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size);
 
 /* Frees everything (after run returned, or instead of it). NULL is accepted. */
 WXG_EXPORT void wxg_consumer_destroy(wxg_consumer_t *c);

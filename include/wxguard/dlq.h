@@ -181,6 +181,9 @@ WXG_EXPORT int wxg_dlq_write(wxg_dlq_t *dlq, const wxg_dlq_record_t *rec, wxg_de
 /* The topic this writer writes to. */
 WXG_EXPORT const char *wxg_dlq_topic(const wxg_dlq_t *dlq);
 
+/* The producer this writer sends through (for its broker state, wxg_producer_brokers_up). */
+WXG_EXPORT const wxg_producer_t *wxg_dlq_producer(const wxg_dlq_t *dlq);
+
 /* Accepts NULL. Does not touch the producer. */
 WXG_EXPORT void wxg_dlq_destroy(wxg_dlq_t *dlq);
 

@@ -1,0 +1,255 @@
+/* End to end: wxguard-consumer's /metrics, /healthz and /readyz on metrics.listen.
+ *  - after a stream with duplicates, the counters say exactly what happened: records polled,
+ *    claims by outcome, messages processed, plugin results; /healthz is 200 and /readyz is 200
+ *    once the replica holds its partitions;
+ *  - a message whose plugin stalls longer than consumer.stall.timeout.ms (its lease renewed
+ *    meanwhile) turns /readyz to 503 with a reason naming the partition and offset, logs one
+ *    "stalled" line naming partition, offset and key, and readiness comes back when it ends. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "consumertest.h"
+#include "testenv.h"
+#include "testhttp.h"
+
+#define ID_BASE 7302234567000000000ULL
+
+/* The value of the sample `series` (name with its labels exactly as rendered) in a Prometheus
+ * text body, or -1 when absent. */
+static double sample(const char *body, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *l = body; l && *l;) {
+        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+            return strtod(l + n + 1, NULL);
+        l = strchr(l, '\n');
+        if (l)
+            l++;
+    }
+    return -1;
+}
+
+/* GETs path; returns the status (0 when the server did not answer) and the body in *body
+ * (caller frees; may be NULL). */
+static int get(int port, const char *path, char **body)
+{
+    wxg_test_http_resp_t r;
+    if (body)
+        *body = NULL;
+    if (wxg_test_http(port, "GET", path, NULL, NULL, 0, &r) != 0)
+        return 0;
+    int st = r.status;
+    if (body)
+        *body = strdup(r.body ? r.body : "");
+    wxg_test_http_free(&r);
+    return st;
+}
+
+/* Polls path until it answers `status`, for at most timeout_ms (scaled). Returns 1 on success. */
+static int wait_status(int port, const char *path, int status, int64_t timeout_ms, char **body)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (;;) {
+        char *b = NULL;
+        int st = get(port, path, &b);
+        if (st == status) {
+            if (body)
+                *body = b;
+            else
+                free(b);
+            return 1;
+        }
+        free(b);
+        if (wxg_test_now_ms() >= deadline)
+            return 0;
+        wxg_test_sleep_ms(100);
+    }
+}
+
+/* Scrapes /metrics until `series` reaches at least `want` (counters settle a moment after the
+ * broker shows a commit), for at most timeout_ms. Returns the last value seen. */
+static double wait_sample(int port, const char *series, double want, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    double v = -1;
+    for (;;) {
+        char *b = NULL;
+        if (get(port, "/metrics", &b) == 200)
+            v = sample(b, series);
+        free(b);
+        if (v >= want || wxg_test_now_ms() >= deadline)
+            return v;
+        wxg_test_sleep_ms(100);
+    }
+}
+
+static void counters_match_what_was_processed_and_readyz_turns_ready_once_assigned(void **state)
+{
+    (void)state;
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-metrics", 3);
+    int port = wxg_test_free_port();
+    char extra[256];
+    snprintf(extra, sizeof extra, "metrics.listen = 127.0.0.1:%d\n", port);
+    wxg_ct_write_config(&t, extra);
+    wxg_ct_spawn(&t, 0);
+
+    assert_true(wait_status(port, "/healthz", 200, 20000, NULL));
+    char *body = NULL;
+    assert_true(wait_status(port, "/readyz", 200, 30000, &body));
+    assert_non_null(strstr(body, "3 partitions assigned"));
+    free(body);
+
+    /* 30 unique messages over three partitions, then 10 of them again, each duplicate on the
+     * partition and conversation of its original, so that it is claimed only after the
+     * original is DONE: 10 DUPLICATE outcomes and no BUSY. */
+    wxg_ct_msg_t m[40];
+    for (int i = 0; i < 30; i++)
+        m[i] = (wxg_ct_msg_t){.partition = i % 3, .id = ID_BASE + (uint64_t)i, .conv = i % 3};
+    for (int i = 0; i < 10; i++)
+        m[30 + i] = m[i * 3];
+    wxg_ct_produce(&t, m, 40);
+    assert_true(wxg_ct_wait_all_committed(&t, 60000, NULL));
+
+    assert_true(wait_sample(port, "wxg_claim_to_commit_seconds_count", 1, 5000) >= 1);
+    assert_int_equal(get(port, "/metrics", &body), 200);
+    assert_int_equal(sample(body, "wxg_consumer_records_total"), 40);
+    assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"claimed\"}"), 30);
+    assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"duplicate\"}"), 10);
+    assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"busy\"}"), 0);
+    assert_int_equal(sample(body, "wxg_messages_processed_total"), 30);
+    assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"ok\"}"), 30);
+    assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"fail\"}"),
+                     0);
+    assert_int_equal(sample(body, "wxg_plugin_duration_seconds_count{plugin=\"record\"}"), 30);
+    assert_int_equal(sample(body, "wxg_decode_errors_total"), 0);
+    assert_int_equal(sample(body, "wxg_dlq_writes_total"), 0);
+    assert_int_equal(sample(body, "wxg_lease_lost_total"), 0);
+    assert_int_equal(sample(body, "wxg_assigned_partitions"), 3);
+    assert_int_equal(sample(body, "wxg_stalled"), 0);
+    assert_true(sample(body, "wxg_rebalances_total{type=\"assign\"}") >= 1);
+    assert_true(sample(body, "wxg_commits_total") >= 1);
+    assert_true(sample(body, "wxg_claim_duration_seconds_count") >= 1);
+    assert_true(sample(body, "wxg_claim_to_commit_seconds_count") >= 1);
+    assert_true(sample(body, "wxg_claim_to_commit_seconds_count") <= 40);
+    free(body);
+
+    /* Lag per partition: every record is finished, so each partition's lag settles at 0. */
+    for (int p = 0; p < 3; p++) {
+        char series[256];
+        snprintf(series, sizeof series, "wxg_consumer_lag{topic=\"%s\",partition=\"%d\"}", t.topic,
+                 p);
+        int64_t deadline = wxg_test_now_ms() + 10000 * wxg_test_scale();
+        double v = -1;
+        while (wxg_test_now_ms() < deadline) {
+            char *b = NULL;
+            if (get(port, "/metrics", &b) == 200)
+                v = sample(b, series);
+            free(b);
+            if (v == 0)
+                break;
+            wxg_test_sleep_ms(200);
+        }
+        assert_true(v == 0);
+    }
+
+    /* The ledger agrees: one effect per unique message. */
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(&t, &eff, NULL);
+    assert_int_equal(n, 30);
+    free(eff);
+
+    int st = wxg_ct_signal(&t, 0, SIGTERM, 30000);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wxg_ct_teardown(&t);
+}
+
+static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends(void **state)
+{
+    (void)state;
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-stall", 1);
+    int port = wxg_test_free_port();
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "metrics.listen = 127.0.0.1:%d\n"
+             "plugins = fail,record\n"
+             "plugin.fail.action = stall\n"
+             "plugin.fail.stall.ms = %d\n"
+             "plugin.fail.match.msg_ids = %llu\n"
+             "guard.lease.ms = 1000\n"
+             "consumer.stall.timeout.ms = 1s\n",
+             port, 6000 * wxg_test_scale(), (unsigned long long)(ID_BASE + 500));
+    wxg_ct_write_config(&t, extra);
+    wxg_ct_spawn(&t, 0);
+    assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
+
+    /* Offset 0 stalls; the two behind it (other conversations) finish but cannot move the
+     * watermark past it. */
+    wxg_ct_msg_t m[3] = {
+        {.partition = 0, .id = ID_BASE + 500, .conv = 1},
+        {.partition = 0, .id = ID_BASE + 501, .conv = 2},
+        {.partition = 0, .id = ID_BASE + 502, .conv = 3},
+    };
+    wxg_ct_produce(&t, m, 3);
+
+    char *body = NULL;
+    assert_true(wait_status(port, "/readyz", 503, 10000, &body));
+    char want[512];
+    snprintf(want, sizeof want, "stalled: %s partition 0 offset 0", t.topic);
+    assert_non_null(strstr(body, want));
+    free(body);
+    assert_true(wait_sample(port, "wxg_stalled", 1, 2000) == 1);
+
+    /* Readiness comes back once the plugin returns and the record is finished. */
+    assert_true(wait_status(port, "/readyz", 200, 20000, NULL));
+    assert_true(wxg_ct_wait_all_committed(&t, 20000, NULL));
+    assert_int_equal(get(port, "/metrics", &body), 200);
+    assert_int_equal(sample(body, "wxg_stalled"), 0);
+    assert_int_equal(sample(body, "wxg_lease_lost_total"), 0);
+    assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"fail\",result=\"ok\"}"), 3);
+    free(body);
+
+    int st = wxg_ct_signal(&t, 0, SIGTERM, 30000);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* One line for the whole stall, naming partition, offset and the message's key; one line
+     * when it cleared. */
+    assert_int_equal(wxg_ct_log_count(&t, 0, "event=stalled"), 1);
+    char id[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)(ID_BASE + 500));
+    char line[1024] = "";
+    {
+        char logp[600];
+        snprintf(logp, sizeof logp, "%s/replica-0.log", t.dir);
+        FILE *f = fopen(logp, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof line, f)) {
+            if (strstr(line, "event=stalled"))
+                break;
+        }
+        fclose(f);
+    }
+    assert_non_null(strstr(line, "partition=0"));
+    assert_non_null(strstr(line, "offset=0"));
+    assert_non_null(strstr(line, "key="));
+    assert_non_null(strstr(line, id));
+    assert_int_equal(wxg_ct_log_count(&t, 0, "event=stall_cleared"), 1);
+    wxg_ct_teardown(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(counters_match_what_was_processed_and_readyz_turns_ready_once_assigned),
+        cmocka_unit_test(a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
