@@ -167,6 +167,9 @@ typedef struct wstate {
     int *results;
     wxg_guard_plugin_done_t *dones;
     job **donejobs;
+    /* Copies of the results the dones point at: a plugin's call record lives only for its
+     * call, while the markers of one stage travel together after the stage. */
+    char (*doneres)[WXG_PLUGIN_RESULT_MAX + 1];
     wxg_guard_failure_t *failures;
 } wstate;
 
@@ -481,11 +484,16 @@ static void run_chain(wstate *ws, job **v, size_t n)
                                                                                       : PR_FAIL)]);
             if (res == WXG_PLUGIN_OK) {
                 if (s + 1 < np) {
+                    size_t rl = 0;
+                    if (call.has_result) {
+                        rl = strlen(call.result);
+                        memcpy(ws->doneres[nd], call.result, rl + 1);
+                    }
                     ws->dones[nd] = (wxg_guard_plugin_done_t){
                         .ticket = &j->claim.ticket,
                         .plugin = name,
-                        .result = call.has_result ? call.result : NULL,
-                        .result_len = call.has_result ? strlen(call.result) : 0};
+                        .result = call.has_result ? ws->doneres[nd] : NULL,
+                        .result_len = rl};
                     ws->donejobs[nd++] = j;
                 }
                 continue;
@@ -828,6 +836,7 @@ static void wstate_free(wstate *ws)
     free(ws->results);
     free(ws->dones);
     free(ws->donejobs);
+    free(ws->doneres);
     free(ws->failures);
     free(ws);
 }
@@ -855,10 +864,11 @@ static int worker_init(void *opaque, unsigned worker, void **out, char *errstr, 
     ws->results = calloc(b, sizeof *ws->results);
     ws->dones = calloc(b, sizeof *ws->dones);
     ws->donejobs = calloc(b, sizeof *ws->donejobs);
+    ws->doneres = calloc(b, sizeof *ws->doneres);
     ws->failures = calloc(b, sizeof *ws->failures);
     if (!ws->claimv || !ws->chainv || !ws->completev || !ws->retryv || !ws->dlqv || !ws->failv ||
         !ws->msgs || !ws->claims || !ws->tickets || !ws->results || !ws->dones || !ws->donejobs ||
-        !ws->failures) {
+        !ws->doneres || !ws->failures) {
         snprintf(errstr, errstr_size, "out of memory");
         goto fail;
     }
