@@ -94,11 +94,11 @@ static const wxg_conf_keydef_t keys[] = {
          "Worker threads; each holds its own Redis connection. Messages of one conversation "
          "always run on the same worker, in order."),
     KINT("consumer.queue.capacity", "4096", 1, 1000000, C_,
-         "Messages held in the worker queues at most; above it the consumer pauses partitions "
-         "until the pool drains."),
+         "Messages held in the worker queues at most; as many again may wait in the poll "
+         "thread's backlog before every partition is paused (resumed at half of that)."),
     KINT("consumer.batch.max", "64", 1, 1024, C_,
          "Messages claimed or completed in one Redis script call at most."),
-    KDUR("consumer.batch.delay.ms", "2ms", 0, 1 * SEC, C_,
+    KDUR("consumer.batch.delay.ms", "1ms", 0, 1 * SEC, C_,
          "How long a worker waits to fill a batch before it sends a partial one."),
     KDUR("consumer.drain.timeout.ms", "30s", 0, 10 * MIN, C_,
          "Budget for finishing in-flight messages on shutdown and before giving up revoked "

@@ -8,8 +8,8 @@
  *   - The poll thread (the caller of wxg_consumer_run) owns the librdkafka handle: it polls,
  *     handles rebalances (inside rd_kafka_consumer_poll), decodes records, dispatches their
  *     messages to the pool, pauses and resumes partitions, stores and commits watermarks. It
- *     never blocks for long: a full pool leaves messages on a local pending list (and every
- *     partition paused) while polling goes on; only a revoke waits, within its budget.
+ *     never blocks for long: a full pool leaves messages on a local backlog (the pending list)
+ *     while polling goes on; only a revoke waits, within its budget.
  *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
  *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
  *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
@@ -23,6 +23,20 @@
  *
  * Locks: the consumer adds none of its own beyond atomics. Pool callbacks that run with the
  * pool lock held (cancelled, pressure) only touch atomics, the watchdog and the job's record.
+ *
+ * Backpressure: a pause costs more than it looks. librdkafka 2.0 drops every message it has
+ * prefetched for a paused partition; on resume it fetches again from the stored offset, and
+ * the fetcher only notices the resume at its next wake-up (a fetch reply, at most
+ * fetch.wait.max.ms after a long poll, or its one-second tick). Pausing each time the pool
+ * filled and resuming when it had almost drained left the workers idle for every refetch. So
+ * the pool's fill level pauses nothing: messages that find the pool full wait on the backlog,
+ * and only a backlog of queue_capacity messages pauses every partition; they are resumed when
+ * the backlog is down to half of that, while the pool is still full, so the workers have a
+ * pool and half a backlog of work to cover the refetch. The consumer also lowers librdkafka's
+ * default fetch.wait.max.ms (500 ms) to FETCH_WAIT_MS unless it is configured. Memory stays
+ * bounded: at most queue_capacity messages in the pool plus queue_capacity on the backlog (and
+ * the messages of the one record that crossed the line). A partition assigned while the
+ * backlog is full is paused at once (librdkafka keeps a pause across re-assignment).
  *
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
@@ -49,6 +63,7 @@
 #define INFRA_BACKOFF_MAX_MS 2000
 #define STORE_EVERY_MS       20
 #define PAUSE_EVERY_MS       10
+#define FETCH_WAIT_MS        "100"
 #define STATS_EVERY_MS       10000
 #define LAT_BUCKETS          128
 
@@ -139,6 +154,8 @@ struct wxg_consumer_s {
     volatile sig_atomic_t stop;
     atomic_int fatal;
     atomic_int pressure;
+    int backlog_full; /* hysteresis state of the backlog (poll thread only) */
+    size_t backlog_high, backlog_low;
     int stopping;
     int closing;
     int ran;
@@ -839,24 +856,35 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
             v[i]->paused = want;
     }
-    const char *why = !want                                          ? "drained"
-                      : c->stopping                                  ? "shutdown"
-                      : atomic_load(&c->pressure) || c->pending_head ? "pool"
-                                                                     : "window";
+    const char *why = !want             ? "drained"
+                      : c->stopping     ? "shutdown"
+                      : c->backlog_full ? "backlog"
+                                        : "window";
     wxg_log(WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
             WXG_LS("reason", why));
     rd_kafka_topic_partition_list_destroy(l);
     count_parts(c);
 }
 
+/* Updates the backlog's hysteresis state; returns nonzero when it changed. */
+static int backlog_update(wxg_consumer_t *c)
+{
+    int full = c->backlog_full ? c->npending > c->backlog_low : c->npending >= c->backlog_high;
+    if (full == c->backlog_full)
+        return 0;
+    c->backlog_full = full;
+    return 1;
+}
+
 /* Brings the pause state of every assigned partition in line with what it should be: paused
- * while the pool is above its high watermark, while messages wait for room, while stopping, or
- * while the partition's own window behind a stuck message is too large. */
+ * while the backlog is full (see the top of this file), while stopping, or while the
+ * partition's own window behind a stuck message is too large. */
 static void apply_pause(wxg_consumer_t *c)
 {
     if (c->nparts == 0)
         return;
-    int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
+    backlog_update(c);
+    int global = c->stopping || c->backlog_full;
     cpart **pause = calloc(c->nparts, sizeof *pause);
     cpart **resume = calloc(c->nparts, sizeof *resume);
     size_t np = 0, nr = 0;
@@ -986,7 +1014,8 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     /* librdkafka keeps an application pause across re-assignment, and a fresh assignment must
      * honour the pool's state at once: decide for the new partitions now. */
-    int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
+    backlog_update(c);
+    int global = c->stopping || c->backlog_full;
     if (global && v)
         set_paused(c, v, nv, 1);
     free(v);
@@ -1304,6 +1333,15 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     c->conf.topics = NULL;
     c->conf.group_id = c->group_id;
 
+    /* A shorter long poll than librdkafka's 500 ms default unless configured: see the top of
+     * this file. */
+    char fwm[32];
+    size_t fwm_size = sizeof fwm;
+    if (rd_kafka_conf_get(kconf, "fetch.wait.max.ms", fwm, &fwm_size) == RD_KAFKA_CONF_OK &&
+        strcmp(fwm, "500") == 0 &&
+        rd_kafka_conf_set(kconf, "fetch.wait.max.ms", FETCH_WAIT_MS, errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+        goto fail;
     static const char *const forced[][2] = {
         {"enable.auto.offset.store", "false"},
         {"enable.auto.commit", "false"},
@@ -1338,9 +1376,13 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         .capacity = conf->queue_capacity,
         .batch_max = conf->batch_max,
         .batch_delay_us = conf->batch_delay_us,
-        .high_watermark = conf->queue_capacity - conf->queue_capacity / 8,
-        .low_watermark = conf->queue_capacity / 4,
+        /* The pool's watermarks pause nothing; crossing the low one on the way down wakes the
+         * poll thread to move the backlog in while the pool is still 3/4 full. */
+        .high_watermark = conf->queue_capacity,
+        .low_watermark = conf->queue_capacity - conf->queue_capacity / 4,
     };
+    c->backlog_high = conf->queue_capacity;
+    c->backlog_low = conf->queue_capacity / 2;
     if (pc.high_watermark == 0)
         pc.high_watermark = conf->queue_capacity;
     if (pc.low_watermark >= pc.high_watermark)
@@ -1429,13 +1471,19 @@ int wxg_consumer_run(wxg_consumer_t *c)
     while (!c->stop && !atomic_load(&c->fatal)) {
         flush_pending(c);
         now = mono_ms();
-        if (now - last_pause >= PAUSE_EVERY_MS || c->pending_head) {
+        if (now - last_pause >= PAUSE_EVERY_MS || backlog_update(c)) {
             apply_pause(c);
             last_pause = now;
         }
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, c->pending_head ? 5 : 50);
-        if (m)
+        if (m) {
             handle_message(c, m);
+            /* Pause as soon as the backlog is full, not at the next periodic check. */
+            if (backlog_update(c)) {
+                apply_pause(c);
+                last_pause = now;
+            }
+        }
         now = mono_ms();
         if (now - last_store >= STORE_EVERY_MS) {
             store_offsets(c);
