@@ -112,7 +112,8 @@ struct cpart {
     uint64_t tag;
     int assigned;
     int paused;
-    int64_t hi; /* cached high watermark for lag */
+    int64_t hi;   /* cached high watermark for lag */
+    int64_t next; /* offset after the last record dispatched, -1 when unknown */
 };
 
 typedef struct wstate {
@@ -860,6 +861,24 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
                       : c->stopping     ? "shutdown"
                       : c->backlog_full ? "backlog"
                                         : "window";
+    if (!want && err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* librdkafka 2.0 would refetch from the stored offset, and its fetcher notices a resume
+         * only at its next wake-up (up to a second later). A seek to where dispatching stopped
+         * skips the refetch and wakes the fetcher; zero timeout: nobody waits for it. */
+        rd_kafka_topic_partition_list_t *s = rd_kafka_topic_partition_list_new((int)n);
+        for (size_t i = 0; s && i < n; i++) {
+            if (v[i]->next >= 0)
+                rd_kafka_topic_partition_list_add(s, v[i]->topic, v[i]->partition)->offset =
+                    v[i]->next;
+        }
+        if (s && s->cnt > 0) {
+            rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, s, 0);
+            if (e)
+                rd_kafka_error_destroy(e);
+        }
+        if (s)
+            rd_kafka_topic_partition_list_destroy(s);
+    }
     wxg_log(WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
             WXG_LS("reason", why));
     rd_kafka_topic_partition_list_destroy(l);
@@ -997,6 +1016,7 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         }
         p->assigned = 1;
         p->paused = 0;
+        p->next = -1;
         if (v)
             v[nv++] = p;
     }
@@ -1161,6 +1181,8 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         rd_kafka_message_destroy(m);
         return;
     }
+    if (m->offset + 1 > p->next)
+        p->next = m->offset + 1;
     wxg_offsets_ticket_t ticket;
     int rc = wxg_offsets_dispatch(c->offsets, topic, m->partition, m->offset, &ticket);
     if (rc != 0) {
