@@ -38,6 +38,10 @@
  * the messages of the one record that crossed the line). A partition assigned while the
  * backlog is full is paused at once (librdkafka keeps a pause across re-assignment).
  *
+ * Batch delay: a worker waits up to batch_delay_us for a batch to fill, but the poll thread
+ * submits the last message it has with wxg_pool_submit_last whenever nothing more is fetched, so at
+ * light load a partial batch leaves at once and batching adds no latency; under load batches fill.
+ *
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
  * -> the message waits and retries, holding its partition's watermark; stores for partitions no
@@ -861,28 +865,32 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
                       : c->stopping     ? "shutdown"
                       : c->backlog_full ? "backlog"
                                         : "window";
-    if (!want && err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        /* librdkafka 2.0 would refetch from the stored offset, and its fetcher notices a resume
-         * only at its next wake-up (up to a second later). A seek to where dispatching stopped
-         * skips the refetch and wakes the fetcher; zero timeout: nobody waits for it. */
-        rd_kafka_topic_partition_list_t *s = rd_kafka_topic_partition_list_new((int)n);
-        for (size_t i = 0; s && i < n; i++) {
-            if (v[i]->next >= 0)
-                rd_kafka_topic_partition_list_add(s, v[i]->topic, v[i]->partition)->offset =
-                    v[i]->next;
-        }
-        if (s && s->cnt > 0) {
-            rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, s, 0);
-            if (e)
-                rd_kafka_error_destroy(e);
-        }
-        if (s)
-            rd_kafka_topic_partition_list_destroy(s);
-    }
     wxg_log(WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
             WXG_LS("reason", why));
     rd_kafka_topic_partition_list_destroy(l);
     count_parts(c);
+}
+
+/* After a resume for backpressure: librdkafka 2.0 would refetch from the stored offset, and its
+ * fetcher notices a resume only at its next wake-up (up to a second later). A seek to where
+ * dispatching stopped skips the refetch and wakes the fetcher; zero timeout: nobody waits for
+ * it. Only for partitions that stay assigned: seeking one that is being revoked can hang its
+ * release, so the revoke path never comes here. */
+static void seek_resumed(wxg_consumer_t *c, cpart **v, size_t n)
+{
+    rd_kafka_topic_partition_list_t *s = rd_kafka_topic_partition_list_new((int)n + 1);
+    if (!s)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i]->assigned && !v[i]->paused && v[i]->next >= 0)
+            rd_kafka_topic_partition_list_add(s, v[i]->topic, v[i]->partition)->offset = v[i]->next;
+    }
+    if (s->cnt > 0) {
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, s, 0);
+        if (e)
+            rd_kafka_error_destroy(e);
+    }
+    rd_kafka_topic_partition_list_destroy(s);
 }
 
 /* Updates the backlog's hysteresis state; returns nonzero when it changed. */
@@ -922,6 +930,8 @@ static void apply_pause(wxg_consumer_t *c)
     }
     set_paused(c, pause, np, 1);
     set_paused(c, resume, nr, 0);
+    if (!c->stopping && !c->closing)
+        seek_resumed(c, resume, nr);
 out:
     free(pause);
     free(resume);
@@ -1153,12 +1163,17 @@ static uint64_t conv_hash(const wxg_msg_view_t *m)
 
 static void flush_pending(wxg_consumer_t *c)
 {
+    /* Nothing more fetched: the last message in hand tells the pool to send partial batches
+     * now rather than after the batch delay, so batching adds latency only when more work is
+     * coming. */
+    int idle = c->pending_head && rd_kafka_queue_length(c->rkq) == 0;
     while (c->pending_head) {
         job *j = c->pending_head;
         /* Once submitted, a worker may finish the job and free its record at any moment:
          * read what we need from it first. */
         job *next = j->pnext;
-        int rc = wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
+        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, j)
+                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
         if (rc == WXG_EBUSY)
             break;
         c->pending_head = next;
