@@ -8,8 +8,8 @@
  *   - The poll thread (the caller of wxg_consumer_run) owns the librdkafka handle: it polls,
  *     handles rebalances (inside rd_kafka_consumer_poll), decodes records, dispatches their
  *     messages to the pool, pauses and resumes partitions, stores and commits watermarks. It
- *     never blocks for long: a full pool leaves messages on a local pending list (and every
- *     partition paused) while polling goes on; only a revoke waits, within its budget.
+ *     never blocks for long: a full pool leaves messages on a local backlog (the pending list)
+ *     while polling goes on; only a revoke waits, within its budget.
  *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
  *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
  *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
@@ -35,6 +35,24 @@
  * librdkafka's cached watermarks, which never block); wxg_consumer_stats() reads the handles.
  * Claim-to-commit latency: a record's first claim time goes into its partition's ring when it
  * finishes, and the commit callback observes every entry below the committed offset.
+ *
+ * Backpressure: a pause costs more than it looks. librdkafka 2.0 drops every message it has
+ * prefetched for a paused partition; on resume it fetches again from the stored offset, and
+ * the fetcher only notices the resume at its next wake-up (a fetch reply, at most
+ * fetch.wait.max.ms after a long poll, or its one-second tick). Pausing each time the pool
+ * filled and resuming when it had almost drained left the workers idle for every refetch. So
+ * the pool's fill level pauses nothing: messages that find the pool full wait on the backlog,
+ * and only a backlog of queue_capacity messages pauses every partition; they are resumed when
+ * the backlog is down to half of that, while the pool is still full, so the workers have a
+ * pool and half a backlog of work to cover the refetch. The consumer also lowers librdkafka's
+ * default fetch.wait.max.ms (500 ms) to FETCH_WAIT_MS unless it is configured. Memory stays
+ * bounded: at most queue_capacity messages in the pool plus queue_capacity on the backlog (and
+ * the messages of the one record that crossed the line). A partition assigned while the
+ * backlog is full is paused at once (librdkafka keeps a pause across re-assignment).
+ *
+ * Batch delay: a worker waits up to batch_delay_us for a batch to fill, but the poll thread
+ * submits the last message it has with wxg_pool_submit_last whenever nothing more is fetched, so at
+ * light load a partial batch leaves at once and batching adds no latency; under load batches fill.
  *
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
@@ -62,6 +80,7 @@
 #define INFRA_BACKOFF_MAX_MS 2000
 #define STORE_EVERY_MS       20
 #define PAUSE_EVERY_MS       10
+#define FETCH_WAIT_MS        "100"
 #define STATS_EVERY_MS       10000
 #define GAUGE_EVERY_MS       100
 #define LAG_EVERY_MS         1000
@@ -134,6 +153,7 @@ struct cpart {
     rec *head, *tail;   /* records in flight, oldest first */
     c2c_entry *c2c;     /* C2C_RING entries: finished records waiting for a commit */
     size_t c2c_head, c2c_len;
+    int64_t next; /* offset after the last record dispatched, -1 when unknown */
 };
 
 /* The consumer's metric handles (docs/metrics.md). */
@@ -195,6 +215,8 @@ struct wxg_consumer_s {
     atomic_int stop_requested; /* the same, for other threads (readiness) */
     atomic_int fatal;
     atomic_int pressure;
+    int backlog_full; /* hysteresis state of the backlog (poll thread only) */
+    size_t backlog_high, backlog_low;
     int stopping;
     int closing;
     int ran;
@@ -972,24 +994,57 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
             v[i]->paused = want;
         }
     }
-    const char *why = !want                                          ? "drained"
-                      : c->stopping                                  ? "shutdown"
-                      : atomic_load(&c->pressure) || c->pending_head ? "pool"
-                                                                     : "window";
+    const char *why = !want             ? "drained"
+                      : c->stopping     ? "shutdown"
+                      : c->backlog_full ? "backlog"
+                                        : "window";
     wxg_log(WXG_LOG_INFO, want ? "pause" : "resume", WXG_LU("partitions", n),
             WXG_LS("reason", why));
     rd_kafka_topic_partition_list_destroy(l);
     count_parts(c);
 }
 
+/* After a resume for backpressure: librdkafka 2.0 would refetch from the stored offset, and its
+ * fetcher notices a resume only at its next wake-up (up to a second later). A seek to where
+ * dispatching stopped skips the refetch and wakes the fetcher; zero timeout: nobody waits for
+ * it. Only for partitions that stay assigned: seeking one that is being revoked can hang its
+ * release, so the revoke path never comes here. */
+static void seek_resumed(wxg_consumer_t *c, cpart **v, size_t n)
+{
+    rd_kafka_topic_partition_list_t *s = rd_kafka_topic_partition_list_new((int)n + 1);
+    if (!s)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i]->assigned && !v[i]->paused && v[i]->next >= 0)
+            rd_kafka_topic_partition_list_add(s, v[i]->topic, v[i]->partition)->offset = v[i]->next;
+    }
+    if (s->cnt > 0) {
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, s, 0);
+        if (e)
+            rd_kafka_error_destroy(e);
+    }
+    rd_kafka_topic_partition_list_destroy(s);
+}
+
+/* Updates the backlog's hysteresis state; returns nonzero when it changed. */
+static int backlog_update(wxg_consumer_t *c)
+{
+    int full = c->backlog_full ? c->npending > c->backlog_low : c->npending >= c->backlog_high;
+    if (full == c->backlog_full)
+        return 0;
+    c->backlog_full = full;
+    return 1;
+}
+
 /* Brings the pause state of every assigned partition in line with what it should be: paused
- * while the pool is above its high watermark, while messages wait for room, while stopping, or
- * while the partition's own window behind a stuck message is too large. */
+ * while the backlog is full (see the top of this file), while stopping, or while the
+ * partition's own window behind a stuck message is too large. */
 static void apply_pause(wxg_consumer_t *c)
 {
     if (c->nparts == 0)
         return;
-    int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
+    backlog_update(c);
+    int global = c->stopping || c->backlog_full;
     cpart **pause = calloc(c->nparts, sizeof *pause);
     cpart **resume = calloc(c->nparts, sizeof *resume);
     size_t np = 0, nr = 0;
@@ -1008,6 +1063,8 @@ static void apply_pause(wxg_consumer_t *c)
     }
     set_paused(c, pause, np, 1);
     set_paused(c, resume, nr, 0);
+    if (!c->stopping && !c->closing)
+        seek_resumed(c, resume, nr);
 out:
     free(pause);
     free(resume);
@@ -1136,6 +1193,7 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
                                        "assigned partition.",
                                        "topic", tp->topic, "partition", pnum, NULL);
         }
+        p->next = -1;
         if (v)
             v[nv++] = p;
     }
@@ -1153,7 +1211,8 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     /* librdkafka keeps an application pause across re-assignment, and a fresh assignment must
      * honour the pool's state at once: decide for the new partitions now. */
-    int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
+    backlog_update(c);
+    int global = c->stopping || c->backlog_full;
     if (global && v)
         set_paused(c, v, nv, 1);
     free(v);
@@ -1279,12 +1338,17 @@ static uint64_t conv_hash(const wxg_msg_view_t *m)
 
 static void flush_pending(wxg_consumer_t *c)
 {
+    /* Nothing more fetched: the last message in hand tells the pool to send partial batches
+     * now rather than after the batch delay, so batching adds latency only when more work is
+     * coming. */
+    int idle = c->pending_head && rd_kafka_queue_length(c->rkq) == 0;
     while (c->pending_head) {
         job *j = c->pending_head;
         /* Once submitted, a worker may finish the job and free its record at any moment:
          * read what we need from it first. */
         job *next = j->pnext;
-        int rc = wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
+        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, j)
+                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
         if (rc == WXG_EBUSY)
             break;
         c->pending_head = next;
@@ -1307,6 +1371,8 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         rd_kafka_message_destroy(m);
         return;
     }
+    if (m->offset + 1 > p->next)
+        p->next = m->offset + 1;
     wxg_offsets_ticket_t ticket;
     int rc = wxg_offsets_dispatch(c->offsets, topic, m->partition, m->offset, &ticket);
     if (rc != 0) {
@@ -1757,6 +1823,15 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     c->conf.topics = NULL;
     c->conf.group_id = c->group_id;
 
+    /* A shorter long poll than librdkafka's 500 ms default unless configured: see the top of
+     * this file. */
+    char fwm[32];
+    size_t fwm_size = sizeof fwm;
+    if (rd_kafka_conf_get(kconf, "fetch.wait.max.ms", fwm, &fwm_size) == RD_KAFKA_CONF_OK &&
+        strcmp(fwm, "500") == 0 &&
+        rd_kafka_conf_set(kconf, "fetch.wait.max.ms", FETCH_WAIT_MS, errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+        goto fail;
     static const char *const forced[][2] = {
         {"enable.auto.offset.store", "false"},
         {"enable.auto.commit", "false"},
@@ -1791,9 +1866,13 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         .capacity = conf->queue_capacity,
         .batch_max = conf->batch_max,
         .batch_delay_us = conf->batch_delay_us,
-        .high_watermark = conf->queue_capacity - conf->queue_capacity / 8,
-        .low_watermark = conf->queue_capacity / 4,
+        /* The pool's watermarks pause nothing; crossing the low one on the way down wakes the
+         * poll thread to move the backlog in while the pool is still 3/4 full. */
+        .high_watermark = conf->queue_capacity,
+        .low_watermark = conf->queue_capacity - conf->queue_capacity / 4,
     };
+    c->backlog_high = conf->queue_capacity;
+    c->backlog_low = conf->queue_capacity / 2;
     if (pc.high_watermark == 0)
         pc.high_watermark = conf->queue_capacity;
     if (pc.low_watermark >= pc.high_watermark)
@@ -1887,13 +1966,19 @@ int wxg_consumer_run(wxg_consumer_t *c)
     while (!c->stop && !atomic_load(&c->fatal)) {
         flush_pending(c);
         now = mono_ms();
-        if (now - last_pause >= PAUSE_EVERY_MS || c->pending_head) {
+        if (now - last_pause >= PAUSE_EVERY_MS || backlog_update(c)) {
             apply_pause(c);
             last_pause = now;
         }
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, c->pending_head ? 5 : 50);
-        if (m)
+        if (m) {
             handle_message(c, m);
+            /* Pause as soon as the backlog is full, not at the next periodic check. */
+            if (backlog_update(c)) {
+                apply_pause(c);
+                last_pause = now;
+            }
+        }
         now = mono_ms();
         if (now - last_store >= STORE_EVERY_MS) {
             store_offsets(c);

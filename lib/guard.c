@@ -29,6 +29,9 @@
  * safe because NOSCRIPT proves they did not run. Any other failure leaves the outcome unknown and
  * is reported to the caller, never retried here. The password is only ever sent in AUTH and is
  * wiped on destroy; error texts carry Redis's reply, which never contains it.
+ *
+ * Naive mode (conf.naive, benchmark only): claim, complete and renew become one plain command
+ * per message so that benchmarks can run the real consumer on the design this one replaces.
  */
 #include "guard_int.h"
 
@@ -1185,6 +1188,145 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
  * Transitions
  */
 
+/* ---- naive mode (benchmark only; wxg_guard_conf_t.naive) ----
+ *
+ * The design the benchmarks measure wxguard against: one round trip per message and step, one
+ * key per DONE marker. It shares the connection handling with the real guard and nothing else;
+ * it exists so that `wxguard-bench e2e --naive` can run the real consumer pipeline on it. */
+
+#define NAIVE_KEY_MAX (64 + 3 + 64 + 1)
+
+static void naive_key(const wxg_guard_t *g, const char *key, size_t key_len,
+                      char out[NAIVE_KEY_MAX])
+{
+    unsigned char fp[32];
+    char hex[65];
+    wxg__guard_fingerprint(key, key_len, fp);
+    hex_encode(fp, 32, hex);
+    snprintf(out, NAIVE_KEY_MAX, "%sn:%s", g->prefix, hex);
+}
+
+/* One command, one round trip. The reply is the caller's to free. */
+static int naive_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *lens,
+                     redisReply **out)
+{
+    int rc = ensure_ctx(g);
+    if (rc) {
+        count_error(g, rc);
+        return rc;
+    }
+    errno = 0;
+    redisReply *r = redisCommandArgv(g->ctx, argc, argv, lens);
+    if (!r) {
+        int saved = errno;
+        rc = ctx_code(g->ctx, saved);
+        set_err(g->last_error, sizeof g->last_error, "Redis I/O error: %s", g->ctx->errstr);
+        drop_ctx(g);
+        count_error(g, rc);
+        return rc;
+    }
+    g->stats.round_trips++;
+    if (r->type == REDIS_REPLY_ERROR) {
+        set_err(g->last_error, sizeof g->last_error, "%s: %.*s", argv[0], (int)r->len, r->str);
+        freeReplyObject(r);
+        count_error(g, WXG_EREDIS);
+        return WXG_EREDIS;
+    }
+    *out = r;
+    return 0;
+}
+
+static int naive_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                       wxg_guard_claim_t *out)
+{
+    char lease[24];
+    snprintf(lease, sizeof lease, "%lld", (long long)g->conf.lease_ms);
+    for (size_t i = 0; i < n; i++) {
+        char key[NAIVE_KEY_MAX];
+        unsigned char rnd[16];
+        char owner[WXG_GUARD_OWNER_LEN + 1];
+        naive_key(g, msgs[i].key, msgs[i].key_len, key);
+        int rc = fill_random(rnd, sizeof rnd);
+        if (rc)
+            return rc;
+        hex_encode(rnd, sizeof rnd, owner);
+        const char *argv[7] = {"SET", key, owner, "NX", "GET", "PX", lease};
+        size_t lens[7] = {3, strlen(key), WXG_GUARD_OWNER_LEN, 2, 3, 2, strlen(lease)};
+        redisReply *r = NULL;
+        rc = naive_cmd(g, 7, argv, lens, &r);
+        if (rc)
+            return rc;
+        wxg_guard_claim_t *o = &out[i];
+        if (r->type == REDIS_REPLY_NIL) {
+            o->outcome = WXG_GUARD_CLAIMED;
+            o->attempt = 1;
+            o->ticket.key = msgs[i].key;
+            o->ticket.key_len = msgs[i].key_len;
+            o->ticket.fence = 1;
+            memcpy(o->ticket.owner, owner, sizeof owner);
+            g->stats.claimed++;
+        } else if (r->type == REDIS_REPLY_STRING && r->len == 1 && r->str[0] == 'D') {
+            o->outcome = WXG_GUARD_DUPLICATE;
+            g->stats.duplicates++;
+        } else {
+            /* Another owner holds it; its lease is at most a whole lease long. */
+            o->outcome = WXG_GUARD_BUSY;
+            o->lease_ms_left = g->conf.lease_ms;
+            g->stats.busy++;
+        }
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+static int naive_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    char ex[24];
+    snprintf(ex, sizeof ex, "%lld", (long long)(g->conf.done_retention_ms / 1000));
+    for (size_t i = 0; i < n; i++) {
+        char key[NAIVE_KEY_MAX];
+        naive_key(g, t[i].key, t[i].key_len, key);
+        const char *argv[5] = {"SET", key, "D", "EX", ex};
+        size_t lens[5] = {3, strlen(key), 1, 2, strlen(ex)};
+        redisReply *r = NULL;
+        int rc = naive_cmd(g, 5, argv, lens, &r);
+        if (rc)
+            return rc;
+        freeReplyObject(r);
+        results[i] = WXG_GUARD_OK;
+        g->stats.completed++;
+    }
+    return 0;
+}
+
+static int naive_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    char lease[24];
+    snprintf(lease, sizeof lease, "%lld", (long long)g->conf.lease_ms);
+    for (size_t i = 0; i < n; i++) {
+        char key[NAIVE_KEY_MAX];
+        naive_key(g, t[i].key, t[i].key_len, key);
+        const char *argv[3] = {"PEXPIRE", key, lease};
+        size_t lens[3] = {7, strlen(key), strlen(lease)};
+        redisReply *r = NULL;
+        int rc = naive_cmd(g, 3, argv, lens, &r);
+        if (rc)
+            return rc;
+        results[i] =
+            r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? WXG_GUARD_OK : WXG_GUARD_LEASE_LOST;
+        freeReplyObject(r);
+        if (results[i] == WXG_GUARD_OK)
+            g->stats.renewed++;
+    }
+    return 0;
+}
+
+static int naive_refuse(wxg_guard_t *g, const char *what)
+{
+    set_err(g->last_error, sizeof g->last_error, "%s is not available in naive mode", what);
+    return WXG_ESTATE;
+}
+
 void wxg_guard_claim_clear(wxg_guard_claim_t *c)
 {
     if (!c)
@@ -1202,6 +1344,14 @@ int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
         memset(&out[i], 0, sizeof out[i]);
     if (n == 0)
         return 0;
+    if (g->conf.naive) {
+        int nrc = naive_claim(g, msgs, n, out);
+        if (nrc) {
+            for (size_t i = 0; i < n; i++)
+                wxg_guard_claim_clear(&out[i]);
+        }
+        return nrc;
+    }
     batch b;
     char *kbuf = NULL, *kp;
     unsigned char *rnd = NULL;
@@ -1334,6 +1484,8 @@ int wxg_guard_renew_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
         return WXG_EINVAL;
     if (n == 0)
         return 0;
+    if (g->conf.naive)
+        return naive_renew(g, t, n, results);
     batch b;
     int rc = batch_init(g, &b, S_RENEW, n, 1);
     if (rc)
@@ -1375,6 +1527,8 @@ int wxg_guard_plugin_done_batch(wxg_guard_t *g, const wxg_guard_plugin_done_t *i
             (items[i].result_len > 0 && !items[i].result))
             return WXG_EINVAL;
     }
+    if (g->conf.naive)
+        return naive_refuse(g, "plugin_done");
     batch b;
     int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 3);
     if (rc)
@@ -1410,6 +1564,8 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
         return WXG_EINVAL;
     if (n == 0)
         return 0;
+    if (g->conf.naive)
+        return naive_complete(g, t, n, results);
     batch b;
     int rc = batch_init(g, &b, S_COMPLETE, n, 3);
     if (rc)
@@ -1448,6 +1604,8 @@ int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_
         return WXG_EINVAL;
     if (n == 0)
         return 0;
+    if (g->conf.naive)
+        return naive_refuse(g, "fail");
     batch b;
     int rc = batch_init(g, &b, S_FAIL, n, 3);
     if (rc)

@@ -14,11 +14,11 @@
  *   - per-tag job counts (open addressing, grows on a new tag) for wait_tag.
  *
  * Threads: workers take turns as the single "collector": it takes ready lanes into its batch and
- * waits on `collect_cv` for more until the batch is full or the first job's delay budget is
- * spent; the other idle workers wait on `follow_cv` for the collector role. Expired delays are
- * moved to the ready list by whichever worker holds the lock next, and the collector's wait is
- * bounded by the earliest due time, so a delayed job needs no extra thread. The run callback is
- * called without the lock.
+ * waits on `collect_cv` for more until the batch is full, the first job's delay budget is
+ * spent or the submitter says nothing more is coming (wxg_pool_submit_last); the other idle workers
+ * wait on `follow_cv` for the collector role. Expired delays are moved to the ready list by
+ * whichever worker holds the lock next, and the collector's wait is bounded by the earliest due
+ * time, so a delayed job needs no extra thread. The run callback is called without the lock.
  *
  * Failure modes: a full pool refuses submits (WXG_EBUSY) instead of blocking the poll thread; a
  * new tag that cannot be counted for lack of memory refuses the submit with WXG_ENOMEM. A
@@ -108,6 +108,7 @@ struct wxg_pool_s {
     int closed;
     int stop;
     int collecting;
+    int flush; /* wxg_pool_submit_last: send partial batches now; the next submit ends it */
     unsigned inited;
     int init_rc;
     char init_err[256];
@@ -374,7 +375,7 @@ static size_t collect(wxg_pool_t *p, worker *w)
             l->head->running = 1;
             w->batch[n++] = l->head;
         }
-        if (n == p->conf.batch_max || p->stop || (n > 0 && now >= deadline))
+        if (n == p->conf.batch_max || p->stop || (n > 0 && (now >= deadline || p->flush)))
             break;
         int64_t until = n > 0 ? deadline : now + 1000000;
         if (p->nheap > 0 && p->heap[0]->due_us < until)
@@ -597,7 +598,7 @@ fail_alloc:
     return NULL;
 }
 
-int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item)
+static int submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item, int last)
 {
     if (!p)
         return WXG_EINVAL;
@@ -651,6 +652,10 @@ int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *it
     p->submitted++;
     if (fresh)
         ready_push(p, l, now);
+    /* With a batch's worth of jobs in the pool, batches fill without waiting anyway. */
+    p->flush = last && p->count < p->conf.batch_max;
+    if (p->flush && !fresh)
+        pthread_cond_signal(&p->collect_cv);
     if (!p->above && p->count >= p->conf.high_watermark) {
         p->above = 1;
         if (p->ops.pressure)
@@ -754,6 +759,16 @@ int wxg_pool_wait_tag(wxg_pool_t *p, uint64_t tag, int64_t timeout_ms)
     }
     pthread_mutex_unlock(&p->mu);
     return rc;
+}
+
+int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item)
+{
+    return submit(p, conversation, tag, item, 0);
+}
+
+int wxg_pool_submit_last(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item)
+{
+    return submit(p, conversation, tag, item, 1);
 }
 
 void wxg_pool_close(wxg_pool_t *p)

@@ -45,6 +45,16 @@ int64_t wxgb_end_offsets(const char *bootstrap, const char *topic, int partition
 int64_t wxgb_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
                        int64_t *out);
 
+/* Redis server counters (bench_guard.c); each exits the program if INFO fails. */
+struct redisContext;
+/* A numeric field of INFO <section>. */
+double wxgb_info_field(struct redisContext *c, const char *section, const char *field);
+/* used_cpu_sys + used_cpu_user, in seconds. */
+double wxgb_redis_cpu_s(struct redisContext *c);
+/* Data commands Redis has run so far (INFO commandstats without script calls themselves and
+ * administration), so that the commands scripts run are counted. */
+double wxgb_data_calls(struct redisContext *c);
+
 /* Shared helpers (main.c). */
 int64_t wxgb_now_us(void);
 /* Parses "1,4,8,16" into out (at most max values, each 1..1024); returns the count or -1. */

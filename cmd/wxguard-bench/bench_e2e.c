@@ -6,10 +6,18 @@
  * wxguard consumer with the noop plugin processes them against a real Redis. Reported per
  * row: messages/s of both and their ratio, p50/p99 of dispatch-to-finished latency (the time a
  * record waits until its offset may be committed: decode, batching, claim, plugins, complete),
- * Redis round trips per message (worker guard calls; the lease watchdog's are not counted)
- * and the mean batch size.
+ * Redis round trips per message (worker guard calls; the lease watchdog's are not counted),
+ * Redis data commands and Redis CPU per message (the server's INFO commandstats and INFO cpu
+ * before and after the run) and the mean batch size.
+ *
+ * --naive adds, per worker count and on the same topic, a run of the same consumer on the naive
+ * guard (wxg_guard_conf_t.naive: one SET NX GET PX round trip per claim, one SET EX round trip
+ * per DONE marker, no batching). The light-load row runs with batching on and off, to show the
+ * latency batching adds. --plot FILE writes "workers wxguard naive" lines for gnuplot
+ * (bench/e2e-workers.gp).
  */
 #include <getopt.h>
+#include <hiredis/hiredis.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +46,8 @@ typedef struct e2e_opts {
     uint64_t batch;
     uint64_t delay_us;
     uint64_t light_rate; /* messages/s of the light-load row */
+    int naive;
+    const char *plot;
 } e2e_opts;
 
 static void e2e_usage(FILE *f)
@@ -51,8 +61,11 @@ static void e2e_usage(FILE *f)
                "  --partitions N      topic partitions (default 6)\n"
                "  --batch N           guard batch size (default 64)\n"
                "  --delay-us N        longest batch wait (default 1000)\n"
-               "  --light-rate N      messages/s of the light-load latency row (default 200;\n"
-               "                      1000 messages fed while the consumer runs, 4 workers)\n");
+               "  --light-rate N      messages/s of the light-load latency rows (default 200;\n"
+               "                      1000 messages fed while the consumer runs, 4 workers,\n"
+               "                      batching on and off)\n"
+               "  --naive             also run the naive guard design on the same topics\n"
+               "  --plot FILE         write 'workers wxguard-msg/s naive-msg/s' lines to FILE\n");
 }
 
 /* Reads every record with a plain consumer; returns messages/s from first to last record. */
@@ -100,33 +113,33 @@ static void *run_consumer(void *arg)
 }
 
 typedef struct e2e_row {
-    double rate, plain, p50_ms, p99_ms, rt_per_msg, batch;
+    double rate, plain, p50_ms, p99_ms, rt_per_msg, batch, cmds_per_msg, cpu_us_per_msg;
     int ok;
 } e2e_row;
 
-static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_rate)
+static redisContext *admin_connect(const e2e_opts *o)
+{
+    struct timeval tv = {2, 0};
+    redisContext *r = redisConnectWithTimeout(o->redis_host, o->redis_port, tv);
+    if (!r || r->err) {
+        fprintf(stderr, "e2e: cannot connect to Redis: %s\n", r ? r->errstr : "out of memory");
+        if (r)
+            redisFree(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* One consumer run over `topic` (naive: on the naive guard). With light_rate, the records are
+ * produced while it runs; otherwise they are already in the topic. */
+static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, int workers,
+                       int naive, uint64_t batch, uint64_t light_rate, const wxgb_rec_t *recs)
 {
     e2e_row row = {0};
-    char topic[128], dlqt[160], err[512], prefix[64];
-    snprintf(topic, sizeof topic, "wxgb-e2e-%ld-%d-%d", (long)getpid(), run, workers);
-    snprintf(dlqt, sizeof dlqt, "%s-dlq", topic);
-    snprintf(prefix, sizeof prefix, "wxgb%ld%d:", (long)getpid(), run);
-    if (wxgb_create_topic(o->bootstrap, topic, o->partitions) != 0)
-        return row;
-    wxgb_rec_t *recs = calloc(o->messages, sizeof *recs);
-    if (!recs)
-        return row;
-    wxgb_make_stream(recs, o->messages, o->partitions, o->dup, 500,
-                     7400000000000000000ULL + (uint64_t)run * 100000000ULL, 1, 17u + (unsigned)run);
-    if (!light_rate) {
-        if (wxgb_produce(o->bootstrap, topic, recs, o->messages, o->size) != 0) {
-            free(recs);
-            return row;
-        }
-        free(recs);
-        recs = NULL;
-        row.plain = plain_rate(o, topic, o->messages);
-    }
+    char group[200], dlqt[220], err[512], prefix[64];
+    snprintf(group, sizeof group, "%s-%s", topic, tag);
+    snprintf(dlqt, sizeof dlqt, "%s-dlq", group);
+    snprintf(prefix, sizeof prefix, "wxgb%ld%s:", (long)getpid(), tag);
 
     wxg_plugin_chain_t *chain = NULL;
     if (wxg_plugin_chain_new("noop", NULL, 0, &chain, err, sizeof err) != 0) {
@@ -142,11 +155,12 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
     gc.host = o->redis_host;
     gc.port = o->redis_port;
     gc.prefix = prefix;
-    gc.batch_max = (int)o->batch;
+    gc.batch_max = (int)batch;
+    gc.naive = naive;
     rd_kafka_conf_t *kc = rd_kafka_conf_new();
     rd_kafka_conf_set(kc, "bootstrap.servers", o->bootstrap, err, sizeof err);
     rd_kafka_conf_set(kc, "broker.address.family", "v4", err, sizeof err);
-    rd_kafka_conf_set(kc, "group.id", topic, err, sizeof err);
+    rd_kafka_conf_set(kc, "group.id", group, err, sizeof err);
     rd_kafka_conf_set(kc, "auto.offset.reset", "earliest", err, sizeof err);
     const char *topics[] = {topic};
     wxg_consumer_conf_t cc;
@@ -154,20 +168,22 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
     cc.kafka = kc;
     cc.topics = topics;
     cc.ntopics = 1;
-    cc.group_id = topic;
+    cc.group_id = group;
     cc.workers = (unsigned)workers;
-    cc.batch_max = o->batch;
+    cc.batch_max = batch;
     cc.batch_delay_us = (int64_t)o->delay_us;
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
-    wxg_consumer_t *c = dlq ? wxg_consumer_new(&cc, err, sizeof err) : NULL;
+    redisContext *admin = admin_connect(o);
+    wxg_consumer_t *c = dlq && admin ? wxg_consumer_new(&cc, err, sizeof err) : NULL;
     if (!c) {
-        if (!dlq)
+        if (!dlq || !admin)
             rd_kafka_conf_destroy(kc);
         fprintf(stderr, "e2e: %s\n", err);
         goto out;
     }
+    double cpu0 = wxgb_redis_cpu_s(admin), calls0 = wxgb_data_calls(admin);
     pthread_t th;
     pthread_create(&th, NULL, run_consumer, c);
     int64_t t0 = 0, t1 = 0, deadline = wxgb_now_us() + 300000000;
@@ -193,8 +209,6 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
                 nanosleep(&ts, NULL);
             }
         }
-        free(recs);
-        recs = NULL;
     }
     for (;;) {
         wxg_consumer_stats(c, &st);
@@ -207,10 +221,11 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
         }
         if (wxgb_now_us() > deadline)
             break;
-        struct timespec ts = {0, 1000000};
+        struct timespec ts = {0, 5000000}; /* 5 ms: sampling must not load the pool lock */
         nanosleep(&ts, NULL);
     }
     wxg_consumer_stats(c, &st); /* before the pool goes away with the shutdown */
+    double cpu1 = wxgb_redis_cpu_s(admin), calls1 = wxgb_data_calls(admin);
     wxg_consumer_stop(c);
     pthread_join(th, NULL);
     wxg_consumer_destroy(c);
@@ -222,13 +237,95 @@ static e2e_row one_run(const e2e_opts *o, int workers, int run, uint64_t light_r
         row.p99_ms = (double)st.latency_p99_us / 1000.0;
         row.rt_per_msg = (double)st.redis_round_trips / (double)o->messages;
         row.batch = st.batches ? (double)st.batched_jobs / (double)st.batches : 0;
+        row.cpu_us_per_msg = (cpu1 - cpu0) * 1e6 / (double)o->messages;
+        row.cmds_per_msg = (calls1 - calls0) / (double)o->messages;
     }
 out:
-    free(recs);
+    if (admin)
+        redisFree(admin);
     wxg_dlq_destroy(dlq);
     wxg_producer_destroy(prod, 1000);
     wxg_plugin_chain_destroy(chain);
     return row;
+}
+
+/* A fresh topic with the run's stream: produced now (light_rate 0, and *plain gets the plain
+ * consumer's rate) or returned in *recs_out for producing during the run. */
+static int prepare(const e2e_opts *o, int run, uint64_t light_rate, char *topic, size_t topic_size,
+                   double *plain, wxgb_rec_t **recs_out)
+{
+    snprintf(topic, topic_size, "wxgb-e2e-%ld-%d", (long)getpid(), run);
+    if (wxgb_create_topic(o->bootstrap, topic, o->partitions) != 0)
+        return -1;
+    wxgb_rec_t *recs = calloc(o->messages, sizeof *recs);
+    if (!recs)
+        return -1;
+    wxgb_make_stream(recs, o->messages, o->partitions, o->dup, 500,
+                     7400000000000000000ULL + (uint64_t)run * 100000000ULL, 1, 17u + (unsigned)run);
+    if (light_rate) {
+        *recs_out = recs;
+        return 0;
+    }
+    int rc = wxgb_produce(o->bootstrap, topic, recs, o->messages, o->size);
+    free(recs);
+    if (rc != 0)
+        return -1;
+    *plain = plain_rate(o, topic, o->messages);
+    return 0;
+}
+
+static void print_row(const char *design, int workers, const e2e_row *r, double plain)
+{
+    if (!r->ok) {
+        printf("| %s | %d | failed | | | | | | | | |\n", design, workers);
+        return;
+    }
+    printf("| %s | %d | %.0f | %.0f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %.1f |\n", design,
+           workers, r->rate, plain, plain > 0 ? r->rate / plain : 0, r->p50_ms, r->p99_ms,
+           r->rt_per_msg, r->cmds_per_msg, r->cpu_us_per_msg, r->batch);
+    fflush(stdout);
+}
+
+/* The light-load rows: the same trickle with batching on (o->batch) and off (batch 1). */
+static int light_rows(e2e_opts *o, int run)
+{
+    uint64_t heavy = o->messages;
+    o->messages = 1000;
+    int failures = 0;
+    e2e_row r[2];
+    uint64_t batches[2] = {o->batch, 1};
+    for (int k = 0; k < 2; k++) {
+        char topic[128];
+        wxgb_rec_t *recs = NULL;
+        double plain = 0;
+        r[k] = (e2e_row){0};
+        if (prepare(o, run + k, o->light_rate, topic, sizeof topic, &plain, &recs) == 0)
+            r[k] = consume(o, topic, k ? "light-nobatch" : "light", 4, 0, batches[k], o->light_rate,
+                           recs);
+        free(recs);
+    }
+    o->messages = heavy;
+    printf("\nLight load: 1000 records fed at %llu/s while the consumer runs (4 workers); "
+           "dispatch-to-finished latency:\n\n"
+           "| batching | p50 ms | p99 ms | Redis round trips/msg | mean batch |\n"
+           "|---|---:|---:|---:|---:|\n",
+           (unsigned long long)o->light_rate);
+    for (int k = 0; k < 2; k++) {
+        if (!r[k].ok) {
+            printf("| %s | failed | | | |\n", k ? "off (batch 1)" : "on");
+            failures++;
+            continue;
+        }
+        char on[64];
+        snprintf(on, sizeof on, "on (batch %llu, delay %llu us)", (unsigned long long)o->batch,
+                 (unsigned long long)o->delay_us);
+        printf("| %s | %.2f | %.2f | %.3f | %.1f |\n", k ? "off (batch 1)" : on, r[k].p50_ms,
+               r[k].p99_ms, r[k].rt_per_msg, r[k].batch);
+    }
+    if (r[0].ok && r[1].ok)
+        printf("\nAdded by batching: p50 %+.2f ms, p99 %+.2f ms\n", r[0].p50_ms - r[1].p50_ms,
+               r[0].p99_ms - r[1].p99_ms);
+    return failures;
 }
 
 int wxgb_e2e_main(int argc, char **argv)
@@ -254,6 +351,8 @@ int wxgb_e2e_main(int argc, char **argv)
                                        {"batch", required_argument, NULL, 'B'},
                                        {"delay-us", required_argument, NULL, 'D'},
                                        {"light-rate", required_argument, NULL, 'L'},
+                                       {"naive", no_argument, NULL, 'N'},
+                                       {"plot", required_argument, NULL, 'G'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch;
@@ -306,6 +405,12 @@ int wxgb_e2e_main(int argc, char **argv)
             if (wxgb_parse_u64(optarg, &o.light_rate))
                 goto usage;
             break;
+        case 'N':
+            o.naive = 1;
+            break;
+        case 'G':
+            o.plot = optarg;
+            break;
         case 'h':
             e2e_usage(stdout);
             return 0;
@@ -320,35 +425,39 @@ int wxgb_e2e_main(int argc, char **argv)
            "%d partitions, noop plugin, batch %llu, batch delay %llu us\n\n",
            (unsigned long long)o.messages, o.dup * 100, (unsigned long long)o.size, o.partitions,
            (unsigned long long)o.batch, (unsigned long long)o.delay_us);
-    printf("| workers | wxguard msg/s | plain librdkafka msg/s | ratio | p50 ms | p99 ms | Redis "
-           "round trips/msg | mean batch |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| design | workers | msg/s | plain librdkafka msg/s | ratio | p50 ms | p99 ms | Redis "
+           "round trips/msg | Redis commands/msg | Redis CPU us/msg | mean batch |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    FILE *plot = o.plot ? fopen(o.plot, "w") : NULL;
+    if (o.plot && !plot) {
+        fprintf(stderr, "e2e: cannot write %s\n", o.plot);
+        return 1;
+    }
+    if (plot)
+        fprintf(plot, "# workers wxguard-msg/s naive-msg/s (0: not run)\n");
     int failures = 0;
     for (int i = 0; i < o.nworkers; i++) {
-        e2e_row r = one_run(&o, o.workers[i], i, 0);
-        if (!r.ok) {
-            printf("| %d | failed | | | | | | |\n", o.workers[i]);
-            failures++;
-            continue;
+        char topic[128];
+        double plain = 0;
+        e2e_row real = {0}, naive = {0};
+        if (prepare(&o, i, 0, topic, sizeof topic, &plain, NULL) == 0) {
+            real = consume(&o, topic, "real", o.workers[i], 0, o.batch, 0, NULL);
+            if (o.naive)
+                naive = consume(&o, topic, "naive", o.workers[i], 1, 1, 0, NULL);
         }
-        printf("| %d | %.0f | %.0f | %.3f | %.2f | %.2f | %.3f | %.1f |\n", o.workers[i], r.rate,
-               r.plain, r.plain > 0 ? r.rate / r.plain : 0, r.p50_ms, r.p99_ms, r.rt_per_msg,
-               r.batch);
-        fflush(stdout);
+        print_row("wxguard", o.workers[i], &real, plain);
+        failures += !real.ok;
+        if (o.naive) {
+            print_row("naive", o.workers[i], &naive, plain);
+            failures += !naive.ok;
+        }
+        if (plot)
+            fprintf(plot, "%d %.0f %.0f\n", o.workers[i], real.rate, naive.rate);
     }
-    /* Light load: what batching adds when messages trickle in. */
-    uint64_t heavy = o.messages;
-    o.messages = 1000;
-    e2e_row r = one_run(&o, 4, o.nworkers, o.light_rate);
-    o.messages = heavy;
-    printf("\nLight load: 1000 records fed at %llu/s while the consumer runs (4 workers): ",
-           (unsigned long long)o.light_rate);
-    if (r.ok)
-        printf("dispatch-to-finished p50 %.2f ms, p99 %.2f ms, %.3f Redis round trips/msg, mean "
-               "batch %.1f\n",
-               r.p50_ms, r.p99_ms, r.rt_per_msg, r.batch);
-    else
-        printf("failed\n");
-    return failures || !r.ok ? 1 : 0;
+    if (plot)
+        fclose(plot);
+    failures += light_rows(&o, o.nworkers);
+    return failures ? 1 : 0;
 usage:
     e2e_usage(stderr);
     return 2;

@@ -88,7 +88,7 @@ static redisContext *connect_admin(const opts *o)
 }
 
 /* A numeric field from INFO <section>. */
-static double info_field(redisContext *c, const char *section, const char *field)
+double wxgb_info_field(redisContext *c, const char *section, const char *field)
 {
     redisReply *r = redisCommand(c, "INFO %s", section);
     if (!r || r->type != REDIS_REPLY_STRING)
@@ -110,9 +110,9 @@ static double info_field(redisContext *c, const char *section, const char *field
     return v;
 }
 
-static double redis_cpu_s(redisContext *c)
+double wxgb_redis_cpu_s(redisContext *c)
 {
-    return info_field(c, "cpu", "used_cpu_sys") + info_field(c, "cpu", "used_cpu_user");
+    return wxgb_info_field(c, "cpu", "used_cpu_sys") + wxgb_info_field(c, "cpu", "used_cpu_user");
 }
 
 static void info_string(redisContext *c, const char *section, const char *field, char *out,
@@ -302,7 +302,7 @@ typedef struct run_result {
 /* The number of data commands Redis has run so far, from INFO commandstats: every command
  * counted there except the script calls themselves and the benchmark's own administration, so
  * the commands a script makes with redis.call() are what is counted for the guard. */
-static double data_calls(redisContext *c)
+double wxgb_data_calls(redisContext *c)
 {
     static const char *const skip[] = {"evalsha", "eval", "info",   "script", "ping",
                                        "select",  "wait", "config", "dbsize", "flushdb",
@@ -346,8 +346,8 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
                         .conf = &conf,
                         .pipelined = pipelined};
     }
-    double calls0 = data_calls(admin);
-    double cpu0 = redis_cpu_s(admin);
+    double calls0 = wxgb_data_calls(admin);
+    double cpu0 = wxgb_redis_cpu_s(admin);
     int64_t t0 = wxgb_now_us();
     for (int i = 0; i < threads; i++) {
         void *(*fn)(void *) = design == DESIGN_NAIVE ? naive_worker : guard_worker;
@@ -357,8 +357,8 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     int64_t t1 = wxgb_now_us();
-    double cpu1 = redis_cpu_s(admin);
-    double calls1 = data_calls(admin);
+    double cpu1 = wxgb_redis_cpu_s(admin);
+    double calls1 = wxgb_data_calls(admin);
     run_result r = {0};
     uint64_t rt = 0;
     for (int i = 0; i < threads; i++) {
@@ -468,11 +468,11 @@ static void memory_phase(const opts *o, redisContext *admin, int design, unsigne
                          double *bytes_per_marker, double *seconds, uint64_t *failures)
 {
     flushdb(admin);
-    double m0 = info_field(admin, "memory", "used_memory");
+    double m0 = wxgb_info_field(admin, "memory", "used_memory");
     int64_t t0 = wxgb_now_us();
     run_result r = run_design(o, admin, design, o->memory_threads, o->markers, run, 1);
     *seconds = (double)(wxgb_now_us() - t0) / 1e6;
-    double m1 = info_field(admin, "memory", "used_memory");
+    double m1 = wxgb_info_field(admin, "memory", "used_memory");
     *bytes_per_marker = (m1 - m0) / (double)o->markers;
     *failures = r.failures;
 }

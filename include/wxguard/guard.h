@@ -81,6 +81,14 @@ typedef struct wxg_guard_conf {
                              and pipelined */
     int reconnect_min_ms; /* first reconnect backoff, default 50 */
     int reconnect_max_ms; /* backoff cap, default 2000 */
+
+    /* Benchmark only, never for production (default 0): 1 swaps the state machine for the
+     * naive design the benchmarks compare against: claim = one `SET <key> <owner> NX GET PX
+     * <lease>` round trip per message, complete = one `SET <key> D EX <retention>` round trip
+     * per message (one key per DONE marker), renew = one PEXPIRE per message. No batching, no
+     * fencing (every fence is 1), no plugin_done or fail (they return WXG_ESTATE), no admin
+     * operations. Keys are <prefix>n:<SHA-256 of the key in hex>. */
+    int naive;
 } wxg_guard_conf_t;
 
 /* Fills `conf` with the defaults above. */

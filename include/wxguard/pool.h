@@ -94,6 +94,15 @@ WXG_EXPORT wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_
  * @locality any thread */
 WXG_EXPORT int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item);
 
+/* Like wxg_pool_submit, and tells the pool that no more jobs are coming for now: a worker
+ * collecting a batch sends what it has (this job included) at once instead of waiting out
+ * batch_delay_us for company. The hint ends with the next submit, and is ignored while the pool
+ * holds batch_max jobs or more (batches fill anyway). The consumer submits this way the last
+ * message it has when its intake is drained, so that batching adds no delay at light load and
+ * full batches still form under load.
+ * @locality any thread */
+WXG_EXPORT int wxg_pool_submit_last(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item);
+
 /* Removes every job with `tag` that is not running now (queued or delayed), calling cancelled
  * for each, keeping the order of what remains. Returns how many were removed. */
 WXG_EXPORT size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag);

@@ -288,6 +288,40 @@ static void a_lone_job_runs_after_the_batch_delay_without_company(void **state)
     h_fini(&h);
 }
 
+static void submit_last_sends_a_partial_batch_without_waiting_out_the_delay(void **state)
+{
+    (void)state;
+    static harness h;
+    h_init(&h);
+    /* An hour of batch delay: only the hint can let these jobs run within the budget. */
+    wxg_pool_t *p = h_pool(&h, 1, 16, 64, 3600LL * 1000000);
+    static item three[3];
+    for (int i = 0; i < 3; i++) {
+        three[i] = (item){.conv = 10 + i, .seq = 0, .delay_first_ms = -1};
+        int rc = i < 2 ? wxg_pool_submit(p, 10 + (uint64_t)i, 4, &three[i])
+                       : wxg_pool_submit_last(p, 10 + (uint64_t)i, 4, &three[i]);
+        assert_int_equal(rc, 0);
+    }
+    assert_int_equal(wxg_pool_wait_tag(p, 4, budget_ms(10000)), 0);
+    assert_int_equal(h.nbatches, 1);
+    assert_int_equal(h.batch_sizes[0], 3);
+    /* The hint ended with the next submit: a new job waits for company again... */
+    static item later = {.conv = 20, .seq = 0, .delay_first_ms = -1};
+    assert_int_equal(wxg_pool_submit(p, 20, 5, &later), 0);
+    assert_int_equal(wxg_pool_wait_tag(p, 5, 50), WXG_ETIMEDOUT);
+    assert_int_equal(later.attempts, 0);
+    /* ...until the next last one, a job of the same conversation queued behind it. */
+    static item last = {.conv = 20, .seq = 1, .delay_first_ms = -1};
+    assert_int_equal(wxg_pool_submit_last(p, 20, 5, &last), 0);
+    assert_int_equal(wxg_pool_wait_tag(p, 5, budget_ms(10000)), 0);
+    assert_int_equal(later.attempts, 1);
+    assert_int_equal(last.attempts, 1);
+    assert_int_equal(wxg_pool_submit_last(NULL, 1, 1, &last), WXG_EINVAL);
+    wxg_pool_destroy(p);
+    assert_int_equal(h.bad, 0);
+    h_fini(&h);
+}
+
 static void a_delayed_job_keeps_its_place_and_does_not_park_a_worker(void **state)
 {
     (void)state;
@@ -505,6 +539,7 @@ int main(void)
         cmocka_unit_test(jobs_of_one_conversation_run_one_at_a_time_in_order),
         cmocka_unit_test(ready_jobs_that_queued_up_behind_a_busy_worker_form_one_full_batch),
         cmocka_unit_test(a_lone_job_runs_after_the_batch_delay_without_company),
+        cmocka_unit_test(submit_last_sends_a_partial_batch_without_waiting_out_the_delay),
         cmocka_unit_test(a_delayed_job_keeps_its_place_and_does_not_park_a_worker),
         cmocka_unit_test(cancel_delayed_removes_a_waiting_head_with_everything_behind_it),
         cmocka_unit_test(cancel_skips_running_jobs_and_keeps_the_order_of_the_rest),
