@@ -141,6 +141,7 @@ struct wxg_consumer_s {
     atomic_int pressure;
     int stopping;
     int closing;
+    int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
     int ran;
     size_t window_limit;
 
@@ -987,7 +988,9 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     /* librdkafka keeps an application pause across re-assignment, and a fresh assignment must
      * honour the pool's state at once: decide for the new partitions now. */
     int global = c->stopping || atomic_load(&c->pressure) || c->pending_head != NULL;
-    if (global && v)
+    /* Not while closing: librdkafka 2.0.2 turns an assign during close into a full unassign,
+     * and pausing a partition it has already dropped waits for ever (see on_revoke). */
+    if (global && v && !c->closing)
         set_paused(c, v, nv, 1);
     free(v);
     count_parts(c);
@@ -1048,10 +1051,13 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_list_destroy(l);
     }
     /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
-     *    arriving from now on are stale. */
+     *    arriving from now on are stale. Not while closing: there is no later assignment, and
+     *    librdkafka 2.0.2 may already have dropped these partitions (an assign served during
+     *    close becomes a full unassign); rd_kafka_resume_partitions() then waits without limit
+     *    for a reply from a partition nobody serves any more, and the close never returns. */
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
-    for (size_t i = 0; res && i < nv; i++) {
+    for (size_t i = 0; res && !c->closing && i < nv; i++) {
         if (v[i]->paused)
             res[nr++] = v[i];
     }
@@ -1368,6 +1374,52 @@ void wxg_consumer_stop(wxg_consumer_t *c)
         c->stop = 1;
 }
 
+/* The close budget: librdkafka bounds a healthy close by about session.timeout.ms. */
+static int64_t close_budget_ms(wxg_consumer_t *c)
+{
+    char buf[32];
+    size_t len = sizeof buf;
+    int64_t ms = 0;
+    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "session.timeout.ms", buf, &len) ==
+        RD_KAFKA_CONF_OK) {
+        char *end = NULL;
+        long long v = strtoll(buf, &end, 10);
+        if (end != buf && v > 0)
+            ms = v;
+    }
+    return ms > 0 ? ms : 45000;
+}
+
+/* Leaves the group (revoking through rebalance_cb, which commits the finished watermarks) and
+ * stops within the close budget. rd_kafka_consumer_close() waits without limit, and close
+ * hangs exist in librdkafka 2.0.2, so the close runs on the consumer queue, served here until
+ * rd_kafka_consumer_closed() or the deadline. After a timeout the handle is abandoned (see
+ * wxg_consumer_destroy): nothing was committed past unfinished work, so the new owners redo
+ * it, and a stopping replica still exits instead of waiting for a SIGKILL. */
+static void close_bounded(wxg_consumer_t *c)
+{
+    c->closing = 1;
+    int64_t budget = close_budget_ms(c);
+    int64_t deadline = mono_ms() + budget;
+    rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, c->rkq);
+    if (e) {
+        wxg_log(WXG_LOG_WARN, "close_failed", WXG_LS("kafka_err", rd_kafka_error_name(e)));
+        rd_kafka_error_destroy(e);
+        return;
+    }
+    while (!rd_kafka_consumer_closed(c->rk)) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) {
+            c->close_timed_out = 1;
+            wxg_log(WXG_LOG_WARN, "close_timeout", WXG_LI("budget_ms", budget));
+            return;
+        }
+        rd_kafka_message_t *m = rd_kafka_consume_queue(c->rkq, left < 100 ? (int)left : 100);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+}
+
 static void shutdown_consumer(wxg_consumer_t *c)
 {
     c->stopping = 1;
@@ -1398,10 +1450,7 @@ static void shutdown_consumer(wxg_consumer_t *c)
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
         wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
-    c->closing = 1;
-    err = rd_kafka_consumer_close(c->rk);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-        wxg_log(WXG_LOG_WARN, "close_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    close_bounded(c);
     log_stats(c);
     wxg_log(WXG_LOG_INFO, "stopped");
 }
@@ -1517,13 +1566,16 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
         rd_kafka_queue_destroy(c->rkq);
         c->rkq = NULL;
     }
-    if (c->rk) {
+    if (c->rk && !c->close_timed_out) {
         if (!c->closing) {
             c->closing = 1;
             rd_kafka_consumer_close(c->rk);
         }
         rd_kafka_destroy(c->rk);
     }
+    /* After a close timeout rd_kafka_destroy() would block on the same stuck group state (its
+     * main thread ends only once the group has terminated), so the handle and its threads are
+     * left to the process's exit. */
     wxg_guard_watchdog_destroy(c->wd);
     wxg_offsets_destroy(c->offsets);
     for (size_t i = 0; i < c->nparts; i++) {
