@@ -27,7 +27,8 @@
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
  * -> the message waits and retries, holding its partition's watermark; stores for partitions no
- * longer ours (_STATE) and late completions are counted, not errors.
+ * longer ours (_STATE) and late completions are counted, not errors; a close that does not
+ * finish within session.timeout.ms is abandoned (close_timeout) so that a stop stays bounded.
  */
 #include "wxguard/consumer.h"
 
@@ -142,6 +143,8 @@ struct wxg_consumer_s {
     int stopping;
     int closing;
     int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
+    int close_released;  /* an assign during close made librdkafka release every partition */
+    int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
     int ran;
     size_t window_limit;
 
@@ -931,10 +934,19 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---- rebalances (poll thread, inside rd_kafka_consumer_poll) ---- */
 
+/* The protocol is fixed by the configured assignor, so it is asked once and remembered: in
+ * librdkafka 2.0.2 rd_kafka_rebalance_protocol() is a request to the group thread, and one sent
+ * while the group terminates during close is dropped unanswered and waits for ever. */
 static int is_cooperative(wxg_consumer_t *c)
 {
-    const char *proto = rd_kafka_rebalance_protocol(c->rk);
-    return proto && strcmp(proto, "COOPERATIVE") == 0;
+    if (c->protocol == 0) {
+        const char *proto = rd_kafka_rebalance_protocol(c->rk);
+        if (proto && strcmp(proto, "COOPERATIVE") == 0)
+            c->protocol = 2;
+        else if (proto && strcmp(proto, "EAGER") == 0)
+            c->protocol = 1;
+    }
+    return c->protocol == 2;
 }
 
 static void drop_pending_of(wxg_consumer_t *c, const cpart *p)
@@ -975,6 +987,11 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     rd_kafka_error_t *e = NULL;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    /* librdkafka 2.0.2 treats any assign made while the consumer closes as a full unassign: it
+     * releases every partition and may finish terminating the group before a revoke that is
+     * still queued reaches on_revoke, which must then leave librdkafka alone. */
+    if (c->closing)
+        c->close_released = 1;
     if (is_cooperative(c))
         e = rd_kafka_incremental_assign(c->rk, parts);
     else
@@ -1001,6 +1018,11 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
     int lost = rd_kafka_assignment_lost(c->rk);
+    /* Already released by an assign during close (see on_assign): only our own bookkeeping is
+     * left. A commit, resume or unassign now would be a request to a group that may have
+     * terminated, and such a request is never answered. The watermarks were committed just
+     * before the close, after the pool had stopped. */
+    int released = c->closing && c->close_released;
     int64_t budget = c->conf.drain_timeout_ms;
     int64_t deadline = mono_ms() + budget;
     size_t n = (size_t)parts->cnt;
@@ -1033,7 +1055,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     if (timed_out)
         atomic_fetch_add(&c->revoke_timeouts, 1);
     /* 3. Commit their watermarks synchronously while they are still ours. */
-    if (!lost && nv > 0) {
+    if (!lost && !released && nv > 0) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
         for (size_t i = 0; l && i < nv; i++) {
             int64_t off;
@@ -1070,7 +1092,9 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     free(v);
     /* 5. Release them. */
-    if (is_cooperative(c)) {
+    if (released) {
+        /* librdkafka has released them already. */
+    } else if (is_cooperative(c)) {
         rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
         if (e) {
             wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
@@ -1081,7 +1105,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     count_parts(c);
     wxg_log(WXG_LOG_INFO, "revoked", WXG_LI("partitions", parts->cnt), WXG_LB("lost", lost),
-            WXG_LB("drain_timed_out", timed_out));
+            WXG_LB("drain_timed_out", timed_out), WXG_LB("released", released));
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
