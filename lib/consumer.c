@@ -57,7 +57,8 @@
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
  * -> the message waits and retries, holding its partition's watermark; stores for partitions no
- * longer ours (_STATE) and late completions are counted, not errors.
+ * longer ours (_STATE) and late completions are counted, not errors; a close that does not
+ * finish within session.timeout.ms is abandoned (close_timeout) so that a stop stays bounded.
  */
 #include "wxguard/consumer.h"
 
@@ -219,6 +220,9 @@ struct wxg_consumer_s {
     size_t backlog_high, backlog_low;
     int stopping;
     int closing;
+    int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
+    int close_released;  /* an assign during close made librdkafka release every partition */
+    int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
     int ran;
     size_t window_limit;
 
@@ -1144,10 +1148,19 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---- rebalances (poll thread, inside rd_kafka_consumer_poll) ---- */
 
+/* The protocol is fixed by the configured assignor, so it is asked once and remembered: in
+ * librdkafka 2.0.2 rd_kafka_rebalance_protocol() is a request to the group thread, and one sent
+ * while the group terminates during close is dropped unanswered and waits for ever. */
 static int is_cooperative(wxg_consumer_t *c)
 {
-    const char *proto = rd_kafka_rebalance_protocol(c->rk);
-    return proto && strcmp(proto, "COOPERATIVE") == 0;
+    if (c->protocol == 0) {
+        const char *proto = rd_kafka_rebalance_protocol(c->rk);
+        if (proto && strcmp(proto, "COOPERATIVE") == 0)
+            c->protocol = 2;
+        else if (proto && strcmp(proto, "EAGER") == 0)
+            c->protocol = 1;
+    }
+    return c->protocol == 2;
 }
 
 static void drop_pending_of(wxg_consumer_t *c, const cpart *p)
@@ -1199,6 +1212,11 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     rd_kafka_error_t *e = NULL;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    /* librdkafka 2.0.2 treats any assign made while the consumer closes as a full unassign: it
+     * releases every partition and may finish terminating the group before a revoke that is
+     * still queued reaches on_revoke, which must then leave librdkafka alone. */
+    if (c->closing)
+        c->close_released = 1;
     if (is_cooperative(c))
         e = rd_kafka_incremental_assign(c->rk, parts);
     else
@@ -1213,7 +1231,9 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
      * honour the pool's state at once: decide for the new partitions now. */
     backlog_update(c);
     int global = c->stopping || c->backlog_full;
-    if (global && v)
+    /* Not while closing: librdkafka 2.0.2 turns an assign during close into a full unassign,
+     * and pausing a partition it has already dropped waits for ever (see on_revoke). */
+    if (global && v && !c->closing)
         set_paused(c, v, nv, 1);
     free(v);
     count_parts(c);
@@ -1225,6 +1245,11 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
     int lost = rd_kafka_assignment_lost(c->rk);
+    /* Already released by an assign during close (see on_assign): only our own bookkeeping is
+     * left. A commit, resume or unassign now would be a request to a group that may have
+     * terminated, and such a request is never answered. The watermarks were committed just
+     * before the close, after the pool had stopped. */
+    int released = c->closing && c->close_released;
     int64_t budget = c->conf.drain_timeout_ms;
     int64_t deadline = mono_ms() + budget;
     size_t n = (size_t)parts->cnt;
@@ -1257,7 +1282,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     if (timed_out)
         wxg_counter_inc(c->m.revoke_timeouts);
     /* 3. Commit their watermarks synchronously while they are still ours. */
-    if (!lost && nv > 0) {
+    if (!lost && !released && nv > 0) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
         for (size_t i = 0; l && i < nv; i++) {
             int64_t off;
@@ -1276,8 +1301,9 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
      *    arriving from now on are stale. Not while closing: there is no later assignment, and
-     *    librdkafka 2.0's resume waits for an answer that rd_kafka_consumer_close() (which
-     *    runs this callback) never gives, so the process would hang on SIGTERM. */
+     *    librdkafka 2.0.2 may already have dropped these partitions (an assign served during
+     *    close becomes a full unassign); rd_kafka_resume_partitions() then waits without limit
+     *    for a reply from a partition nobody serves any more, and the close never returns. */
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
     for (size_t i = 0; res && !c->closing && i < nv; i++) {
@@ -1297,7 +1323,9 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     free(v);
     /* 5. Release them. */
-    if (is_cooperative(c)) {
+    if (released) {
+        /* librdkafka has released them already. */
+    } else if (is_cooperative(c)) {
         rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
         if (e) {
             wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
@@ -1308,7 +1336,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     }
     count_parts(c);
     wxg_log(WXG_LOG_INFO, "revoked", WXG_LI("partitions", parts->cnt), WXG_LB("lost", lost),
-            WXG_LB("drain_timed_out", timed_out));
+            WXG_LB("drain_timed_out", timed_out), WXG_LB("released", released));
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -1902,6 +1930,52 @@ void wxg_consumer_stop(wxg_consumer_t *c)
     }
 }
 
+/* The close budget: librdkafka bounds a healthy close by about session.timeout.ms. */
+static int64_t close_budget_ms(wxg_consumer_t *c)
+{
+    char buf[32];
+    size_t len = sizeof buf;
+    int64_t ms = 0;
+    if (rd_kafka_conf_get(rd_kafka_conf(c->rk), "session.timeout.ms", buf, &len) ==
+        RD_KAFKA_CONF_OK) {
+        char *end = NULL;
+        long long v = strtoll(buf, &end, 10);
+        if (end != buf && v > 0)
+            ms = v;
+    }
+    return ms > 0 ? ms : 45000;
+}
+
+/* Leaves the group (revoking through rebalance_cb, which commits the finished watermarks) and
+ * stops within the close budget. rd_kafka_consumer_close() waits without limit, and close
+ * hangs exist in librdkafka 2.0.2, so the close runs on the consumer queue, served here until
+ * rd_kafka_consumer_closed() or the deadline. After a timeout the handle is abandoned (see
+ * wxg_consumer_destroy): nothing was committed past unfinished work, so the new owners redo
+ * it, and a stopping replica still exits instead of waiting for a SIGKILL. */
+static void close_bounded(wxg_consumer_t *c)
+{
+    c->closing = 1;
+    int64_t budget = close_budget_ms(c);
+    int64_t deadline = mono_ms() + budget;
+    rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, c->rkq);
+    if (e) {
+        wxg_log(WXG_LOG_WARN, "close_failed", WXG_LS("kafka_err", rd_kafka_error_name(e)));
+        rd_kafka_error_destroy(e);
+        return;
+    }
+    while (!rd_kafka_consumer_closed(c->rk)) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) {
+            c->close_timed_out = 1;
+            wxg_log(WXG_LOG_WARN, "close_timeout", WXG_LI("budget_ms", budget));
+            return;
+        }
+        rd_kafka_message_t *m = rd_kafka_consume_queue(c->rkq, left < 100 ? (int)left : 100);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+}
+
 static void shutdown_consumer(wxg_consumer_t *c)
 {
     c->stopping = 1;
@@ -1934,10 +2008,7 @@ static void shutdown_consumer(wxg_consumer_t *c)
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
         wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
-    c->closing = 1;
-    err = rd_kafka_consumer_close(c->rk);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-        wxg_log(WXG_LOG_WARN, "close_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    close_bounded(c);
     log_stats(c);
     wxg_log(WXG_LOG_INFO, "stopped");
 }
@@ -2071,13 +2142,16 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
         rd_kafka_queue_destroy(c->rkq);
         c->rkq = NULL;
     }
-    if (c->rk) {
+    if (c->rk && !c->close_timed_out) {
         if (!c->closing) {
             c->closing = 1;
             rd_kafka_consumer_close(c->rk);
         }
         rd_kafka_destroy(c->rk);
     }
+    /* After a close timeout rd_kafka_destroy() would block on the same stuck group state (its
+     * main thread ends only once the group has terminated), so the handle and its threads are
+     * left to the process's exit. */
     wxg_guard_watchdog_destroy(c->wd);
     wxg_offsets_destroy(c->offsets);
     for (size_t i = 0; i < c->nparts; i++) {

@@ -84,7 +84,7 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     for (int round = 0; round < 3; round++) {
         int before = assigned_some(&t, 0);
         st = wxg_ct_signal(&t, 1, SIGTERM, 60000);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        wxg_ct_assert_exit(&t, 1, st, 0);
         while (assigned_some(&t, 0) == before && wxg_test_now_ms() < deadline)
             wxg_test_sleep_ms(20);
         wxg_ct_spawn(&t, 1);
@@ -106,7 +106,7 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     free(eff);
     for (int i = 0; i < 2; i++) {
         st = wxg_ct_signal(&t, i, SIGTERM, 60000);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        wxg_ct_assert_exit(&t, i, st, 0);
         assert_int_equal(wxg_ct_log_count(&t, i, "MAX_POLL"), 0);
         assert_int_equal(wxg_ct_log_count(&t, i, "maximum poll interval"), 0);
     }

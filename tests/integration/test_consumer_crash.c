@@ -141,7 +141,7 @@ static void sigkill_mid_run_loses_nothing_and_never_commits_past_a_missing_effec
                   TOTAL, unique, repeats);
     for (int i = 0; i < 2; i++) {
         int st = wxg_ct_signal(&t, i, SIGTERM, 60000);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        wxg_ct_assert_exit(&t, i, st, 0);
     }
     free_ids();
     wxg_ct_teardown(&t);
@@ -172,7 +172,7 @@ static void a_replica_joins_and_one_leaves_with_sigterm_without_double_effects(v
     while (ledger_lines(&t) < 1200 && wxg_test_now_ms() < deadline)
         wxg_test_sleep_ms(50);
     int st = wxg_ct_signal(&t, 1, SIGTERM, 60000); /* leaves */
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wxg_ct_assert_exit(&t, 1, st, 0);
     wxg_ct_produce(&t, msgs + 2 * (TOTAL / 3), TOTAL - 2 * (TOTAL / 3));
 
     assert_true(wxg_ct_wait_all_committed(&t, 180000, check_invariant));
@@ -181,7 +181,7 @@ static void a_replica_joins_and_one_leaves_with_sigterm_without_double_effects(v
     assert_true(wxg_ct_log_count(&t, 2, "event=assigned") >= 1);
     for (int i = 0; i < 3; i += 2) {
         st = wxg_ct_signal(&t, i, SIGTERM, 60000);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        wxg_ct_assert_exit(&t, i, st, 0);
     }
     free_ids();
     wxg_ct_teardown(&t);

@@ -158,7 +158,7 @@ static void poison_and_failing_messages_are_parked_and_the_partition_keeps_flowi
         assert_true(eff[i].id != ID_BASE + 100);
     free(eff);
     int st = wxg_ct_signal(&t, 0, SIGTERM, 30000);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wxg_ct_assert_exit(&t, 0, st, 0);
     wxg_ct_teardown(&t);
 }
 
@@ -199,7 +199,7 @@ static void a_plugin_slower_than_the_lease_keeps_its_claim_and_runs_once(void **
     free(eff);
     for (int i = 0; i < 2; i++) {
         int st = wxg_ct_signal(&t, i, SIGTERM, 30000);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        wxg_ct_assert_exit(&t, i, st, 0);
     }
     /* Nobody lost the lease while the plugin stalled for three lease periods. */
     assert_int_equal(wxg_ct_log_count(&t, 0, "lease_lost=0"), 1);

@@ -92,7 +92,7 @@ static void redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes(
     free(seen);
     free(eff);
     int st = wxg_ct_signal(&t, 0, SIGTERM, 60000);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wxg_ct_assert_exit(&t, 0, st, 0);
     assert_true(wxg_ct_log_count(&t, 0, "event=guard_error") > 0);
     for (int p = 0; p < PARTITIONS; p++)
         free(offset_ids[p]);

@@ -84,8 +84,8 @@ static void every_unique_message_has_one_effect_and_offsets_reach_the_end(void *
     /* Both replicas stop cleanly on SIGTERM (exit 0). */
     int st0 = wxg_ct_signal(&t, 0, SIGTERM, 60000);
     int st1 = wxg_ct_signal(&t, 1, SIGTERM, 60000);
-    assert_true(WIFEXITED(st0) && WEXITSTATUS(st0) == 0);
-    assert_true(WIFEXITED(st1) && WEXITSTATUS(st1) == 0);
+    wxg_ct_assert_exit(&t, 0, st0, 0);
+    wxg_ct_assert_exit(&t, 1, st1, 0);
     for (int p = 0; p < PARTITIONS; p++)
         free(offset_ids[p]);
     print_message("%d records, %zu unique messages, one effect each\n", TOTAL, unique);

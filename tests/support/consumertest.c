@@ -186,6 +186,49 @@ int wxg_ct_signal(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms)
     }
 }
 
+#define TAIL_LINES 30
+
+void wxg_ct_assert_exit(const wxg_ct_t *t, int idx, int st, int code)
+{
+    if (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == code)
+        return;
+    char how[96];
+    if (st == -1)
+        snprintf(how, sizeof how, "did not exit in time (still running, pid %ld)",
+                 (long)t->pids[idx]);
+    else if (WIFEXITED(st))
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(st));
+    else
+        snprintf(how, sizeof how, "ended with wait status 0x%x", (unsigned)st);
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
+    print_message("replica %d %s; expected exit status %d. Last lines of %s:\n", idx, how, code,
+                  logp);
+    /* A ring of the last TAIL_LINES lines (long lines are cut, which is fine for a tail). */
+    static char ring[TAIL_LINES][1024];
+    size_t n = 0;
+    FILE *f = fopen(logp, "r");
+    while (f && fgets(ring[n % TAIL_LINES], sizeof ring[0], f)) {
+        size_t len = strlen(ring[n % TAIL_LINES]);
+        if (len > 0 && ring[n % TAIL_LINES][len - 1] != '\n') {
+            int ch;
+            while ((ch = fgetc(f)) != EOF && ch != '\n')
+                ;
+        }
+        n++;
+    }
+    if (f)
+        fclose(f);
+    for (size_t i = n > TAIL_LINES ? n - TAIL_LINES : 0; i < n; i++) {
+        const char *line = ring[i % TAIL_LINES];
+        size_t len = strlen(line);
+        print_message("  | %s%s", line, len > 0 && line[len - 1] == '\n' ? "" : "\n");
+    }
+    fail_msg("replica %d %s (expected exit status %d)", idx, how, code);
+}
+
 static char *msg_json(uint64_t id, int conv)
 {
     char *s = malloc(512);

@@ -52,6 +52,11 @@ pid_t wxg_ct_spawn(wxg_ct_t *t, int idx);
  * its exit status as from waitpid (or -1 when it did not exit in time). */
 int wxg_ct_signal(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms);
 
+/* Asserts that `st` (from wxg_ct_signal for replica idx) is a normal exit with status `code`.
+ * Otherwise prints how the replica ended (exit code, signal, or still running) and the last
+ * lines of its log, then fails the test. */
+void wxg_ct_assert_exit(const wxg_ct_t *t, int idx, int st, int code);
+
 /* 1 when replica idx is still running. */
 int wxg_ct_alive(wxg_ct_t *t, int idx);
 
