@@ -187,7 +187,7 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
              "plugin.fail.match.msg_ids = %llu\n"
              "guard.lease.ms = 1000\n"
              "consumer.stall.timeout.ms = 1s\n",
-             port, 6000 * wxg_test_scale(), (unsigned long long)(ID_BASE + 500));
+             port, 6000, (unsigned long long)(ID_BASE + 500));
     wxg_ct_write_config(&t, extra);
     wxg_ct_spawn(&t, 0);
     assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
