@@ -33,6 +33,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "err_int.h"
+#include "wxguard/log.h"
 #include "wxguard/err.h"
 
 extern char **environ;
@@ -1683,6 +1684,8 @@ struct rd_kafka_conf_s *wxg_conf_kafka(const wxg_conf_t *conf, char *errstr, siz
         if (kafka_apply(rk, &conf->extra[i], errstr, errstr_size) != 0)
             goto fail;
     }
+    /* librdkafka's own lines go through the log module instead of raw stderr. */
+    rd_kafka_conf_set_log_cb(rk, wxg_log_kafka);
     return rk;
 fail:
     rd_kafka_conf_destroy(rk);

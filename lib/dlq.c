@@ -57,6 +57,7 @@
 
 #include "err_int.h"
 #include "wxguard/err.h"
+#include "wxguard/log.h"
 
 struct wxg_producer_s {
     rd_kafka_t *rk;
@@ -217,6 +218,8 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
         wxg__errf(errstr, errstr_size, "out of memory");
         goto fail_conf;
     }
+    /* librdkafka's own lines go through the log module instead of raw stderr. */
+    rd_kafka_conf_set_log_cb(conf, wxg_log_kafka);
     /* wxguard's defaults first, then the caller's properties on top of them. */
     static const wxg_kafka_prop_t defaults[] = {
         {"enable.idempotence", "true"},

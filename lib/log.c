@@ -178,6 +178,15 @@ wxg_log_level_t wxg_log_level_from_syslog(int severity)
     return WXG_LOG_DEBUG;
 }
 
+void wxg_log_kafka(const struct rd_kafka_s *rk, int severity, const char *facility,
+                   const char *message)
+{
+    (void)rk;
+    wxg_log(wxg_log_level_from_syslog(severity), "kafka",
+            WXG_LS("facility", facility ? facility : ""),
+            WXG_LS("message", message ? message : ""));
+}
+
 void wxg_log_hash_id(const char *id, size_t len, char *out, size_t out_size)
 {
     static const char hex[] = "0123456789abcdef";

@@ -129,6 +129,16 @@ WXG_EXPORT int wxg_log_format_parse(const char *name, wxg_log_format_t *out);
 /* Maps a syslog severity (0 emerg .. 7 debug, as librdkafka's log callback passes) to a level. */
 WXG_EXPORT wxg_log_level_t wxg_log_level_from_syslog(int severity);
 
+struct rd_kafka_s;
+
+/* A librdkafka log callback (rd_kafka_conf_set_log_cb): logs each of librdkafka's own lines as
+ * event "kafka" with fields facility and message, at the level of its syslog severity, so that
+ * connection failures and the like reach the same sink, format and escaping as wxguard's own
+ * lines rather than raw stderr. `rk` is not used. Safe from any thread: librdkafka calls it
+ * from its own threads. */
+WXG_EXPORT void wxg_log_kafka(const struct rd_kafka_s *rk, int severity, const char *facility,
+                              const char *message);
+
 /* Writes the log form of an id: "h:" followed by WXG_LOG_HASH_HEX hex digits of
  * SHA-256(salt || 0x00 || id). `out` needs at least WXG_LOG_HASH_HEX + 3 bytes. */
 WXG_EXPORT void wxg_log_hash_id(const char *id, size_t len, char *out, size_t out_size);

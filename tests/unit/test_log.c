@@ -111,6 +111,21 @@ static void kv_line_has_timestamp_level_event_and_fields(void **state)
                             "ts=[^ ]+ level=error event=bare\n$");
 }
 
+static void librdkafka_lines_become_kafka_events_at_their_severity(void **state)
+{
+    (void)state;
+    /* librdkafka passes syslog severities: 3 is an error, 4 a warning, 7 debug. */
+    wxg_log_kafka(NULL, 3, "FAIL", "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed");
+    wxg_log_kafka(NULL, 4, "MAXPOLL", "Application maximum poll interval exceeded\r\nforged");
+    wxg_log_kafka(NULL, 7, "FETCH", NULL);
+    assert_int_equal(cap.calls, 3);
+    assert_matches(cap.buf, "^ts=[^ ]+ level=error event=kafka facility=FAIL "
+                            "message=\"127\\.0\\.0\\.1:9/bootstrap: Connect to "
+                            "ipv4#127\\.0\\.0\\.1:9 failed\"\n"
+                            "ts=[^ ]+ level=warn event=kafka facility=MAXPOLL message=\"[^\n]*\"\n"
+                            "ts=[^ ]+ level=debug event=kafka facility=FETCH message=\"\"\n$");
+}
+
 static void kv_values_escape_cr_lf_control_and_invalid_bytes(void **state)
 {
     (void)state;
@@ -382,6 +397,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(concurrent_lines_never_interleave, setup, teardown),
         cmocka_unit_test_setup_teardown(default_sink_writes_whole_lines_to_stderr, setup, teardown),
+        cmocka_unit_test_setup_teardown(librdkafka_lines_become_kafka_events_at_their_severity,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
