@@ -554,7 +554,11 @@ static wxg_kafka_prop_t *kafka_props(const wxg_conf_t *conf, const char ***dump_
                 break;
             }
         }
-        if (!same && strcmp(dump[i], "group.id") != 0)
+        /* Callbacks (log_cb, ...) are dumped as pointers and can only be set through their
+         * own functions; the producer installs its own. */
+        size_t nl = strlen(dump[i]);
+        int is_cb = nl > 3 && strcmp(dump[i] + nl - 3, "_cb") == 0;
+        if (!same && !is_cb && strcmp(dump[i], "group.id") != 0)
             props[n++] = (wxg_kafka_prop_t){dump[i], dump[i + 1]};
     }
     rd_kafka_conf_dump_free(ddump, dcnt);
