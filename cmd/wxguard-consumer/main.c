@@ -16,7 +16,6 @@
  * 3 start-up failure (Kafka or Redis not usable).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +32,8 @@
 #include "wxguard/log.h"
 #include "wxguard/metrics.h"
 #include "wxguard/plugin_registry.h"
+
+#include "progstart.h"
 
 #define EXIT_FATAL   1
 #define EXIT_USAGE   2
@@ -145,86 +146,13 @@ static char *join_list(const char *const *items, size_t n)
     return s;
 }
 
-static const char *nonempty(const char *s)
-{
-    return s && *s ? s : NULL;
-}
-
-static void setup_log(const wxg_conf_t *conf)
-{
-    wxg_log_level_t lvl;
-    if (wxg_log_level_parse(wxg_conf_get(conf, "log.level"), &lvl) == 0)
-        wxg_log_set_level(lvl);
-    wxg_log_format_t fmt;
-    if (wxg_log_format_parse(wxg_conf_get(conf, "log.format"), &fmt) == 0)
-        wxg_log_set_format(fmt);
-    wxg_log_set_field_max((size_t)wxg_conf_int(conf, "log.field.max.bytes"));
-    wxg_log_set_personal_ids(wxg_conf_bool(conf, "log.personal.ids"));
-    wxg_log_set_content(wxg_conf_bool(conf, "log.content"));
-    wxg_log_set_id_salt(nonempty(wxg_conf_get(conf, "log.id.salt")));
-}
-
 int main(int argc, char **argv)
 {
-    const char *config = NULL;
-    int print_config = 0;
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    size_t nsets = 0;
-    if (!sets)
-        return EXIT_FATAL;
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 's'},
-        {"print-config", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "c:s:phV", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            config = optarg;
-            break;
-        case 's':
-            sets[nsets++] = optarg;
-            break;
-        case 'p':
-            print_config = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            free(sets);
-            return 0;
-        case 'V':
-            printf("wxguard-consumer %s (librdkafka %s)\n", WXG_VERSION_STRING,
-                   rd_kafka_version_str());
-            free(sets);
-            return 0;
-        default:
-            usage(stderr);
-            free(sets);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "wxguard-consumer: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        free(sets);
-        return EXIT_USAGE;
-    }
-
+    int code = 0;
+    wxg_conf_t *conf = prog_start(argc, argv, "wxguard-consumer", WXG_PROG_CONSUMER, usage, &code);
+    if (!conf)
+        return code;
     char err[512] = "";
-    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_CONSUMER, config, NULL, sets, nsets, err, sizeof err);
-    free(sets);
-    if (!conf) {
-        fprintf(stderr, "wxguard-consumer: %s\n", err);
-        return EXIT_USAGE;
-    }
-    if (print_config) {
-        int rc = wxg_conf_print(conf, stdout);
-        wxg_conf_free(conf);
-        return rc == 0 ? 0 : EXIT_FATAL;
-    }
-    setup_log(conf);
-    for (size_t i = 0; i < wxg_conf_warning_count(conf); i++)
-        wxg_log(WXG_LOG_WARN, "config_warning", WXG_LS("detail", wxg_conf_warning(conf, i)));
 
     int status = EXIT_STARTUP;
     wxg_plugin_chain_t *chain = NULL;
@@ -307,10 +235,10 @@ int main(int argc, char **argv)
     wxg_guard_conf_init(&gc);
     gc.host = wxg_conf_get(conf, "redis.host");
     gc.port = (int)wxg_conf_int(conf, "redis.port");
-    gc.unix_path = nonempty(wxg_conf_get(conf, "redis.unix.socket"));
+    gc.unix_path = prog_nonempty(wxg_conf_get(conf, "redis.unix.socket"));
     gc.db = (int)wxg_conf_int(conf, "redis.db");
-    gc.user = nonempty(wxg_conf_get(conf, "redis.user"));
-    gc.password = nonempty(wxg_conf_get(conf, "redis.password"));
+    gc.user = prog_nonempty(wxg_conf_get(conf, "redis.user"));
+    gc.password = prog_nonempty(wxg_conf_get(conf, "redis.password"));
     gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
     gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
     const char *pfx = wxg_conf_get(conf, "redis.key.prefix");
@@ -367,7 +295,7 @@ int main(int argc, char **argv)
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));
         goto out;
     }
-    const char *ops_listen = nonempty(wxg_conf_get(conf, "metrics.listen"));
+    const char *ops_listen = prog_nonempty(wxg_conf_get(conf, "metrics.listen"));
     if (ops_listen) {
         ops = wxg_httpd_start(ops_listen, metrics, ready_cb, c, err, sizeof err);
         if (!ops) {
