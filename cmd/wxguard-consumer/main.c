@@ -33,6 +33,7 @@
 #include "wxguard/metrics.h"
 #include "wxguard/plugin_registry.h"
 
+#include "producer.h"
 #include "progstart.h"
 
 #define EXIT_FATAL   1
@@ -71,21 +72,6 @@ static void usage(FILE *out)
             "SIGTERM/SIGINT: drain, commit, exit 0; a second signal exits at once.\n"
             "exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, "
             "3 start-up failure\n");
-}
-
-/* The librdkafka properties a producer shares with the consumer (addresses and security). */
-static int producer_prop_wanted(const char *name)
-{
-    static const char *const exact[] = {
-        "bootstrap.servers",     "metadata.broker.list",
-        "security.protocol",     "client.id",
-        "broker.address.family", "message.timeout.ms",
-        "socket.timeout.ms",     "enable.ssl.certificate.verification"};
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
-        if (strcmp(name, exact[i]) == 0)
-            return 1;
-    }
-    return strncmp(name, "sasl.", 5) == 0 || strncmp(name, "ssl.", 4) == 0;
 }
 
 /* Every plugin.<name>.* setting, whatever the plugin: an external plugin's name is known only
@@ -186,36 +172,7 @@ int main(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    {
-        /* Only what the configuration changed from librdkafka's defaults is handed on. */
-        size_t cnt = 0, dcnt = 0;
-        const char **dump = rd_kafka_conf_dump(kconf, &cnt);
-        rd_kafka_conf_t *defconf = rd_kafka_conf_new();
-        const char **defs = rd_kafka_conf_dump(defconf, &dcnt);
-        wxg_kafka_prop_t *props = calloc(cnt / 2 + 1, sizeof *props);
-        size_t np = 0;
-        for (size_t i = 0; props && i + 1 < cnt; i += 2) {
-            if (!producer_prop_wanted(dump[i]))
-                continue;
-            int is_default = 0;
-            for (size_t k = 0; k + 1 < dcnt; k += 2) {
-                if (strcmp(defs[k], dump[i]) == 0) {
-                    is_default = strcmp(defs[k + 1], dump[i + 1]) == 0;
-                    break;
-                }
-            }
-            /* librdkafka dumps bootstrap.servers under its older name. */
-            const char *name =
-                strcmp(dump[i], "metadata.broker.list") == 0 ? "bootstrap.servers" : dump[i];
-            if (!is_default)
-                props[np++] = (wxg_kafka_prop_t){name, dump[i + 1]};
-        }
-        producer = props ? wxg_producer_new(props, np, err, sizeof err) : NULL;
-        free(props);
-        rd_kafka_conf_dump_free(defs, dcnt);
-        rd_kafka_conf_destroy(defconf);
-        rd_kafka_conf_dump_free(dump, cnt);
-    }
+    producer = prog_producer(kconf, err, sizeof err);
     if (!producer) {
         rd_kafka_conf_destroy(kconf);
         wxg_log(WXG_LOG_ERROR, "producer_failed", WXG_LS("reason", err));

@@ -30,6 +30,7 @@
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
+#include "producer.h"
 
 #define REDRIVE_HDR_SOURCE "wxg-redrive-source"
 
@@ -145,52 +146,13 @@ static const char *hdr_str(rd_kafka_headers_t *h, const char *name, char *buf, s
 }
 
 /* The librdkafka properties a producer shares with the configuration (addresses, security). */
-static int producer_prop_wanted(const char *name)
-{
-    static const char *const exact[] = {
-        "bootstrap.servers",     "metadata.broker.list",
-        "security.protocol",     "client.id",
-        "broker.address.family", "message.timeout.ms",
-        "socket.timeout.ms",     "enable.ssl.certificate.verification"};
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
-        if (strcmp(name, exact[i]) == 0)
-            return 1;
-    }
-    return strncmp(name, "sasl.", 5) == 0 || strncmp(name, "ssl.", 4) == 0;
-}
-
 /* A waited-delivery producer with the configuration's connection properties. */
 static wxg_producer_t *make_producer(const wxg_conf_t *conf, char *err, size_t errsz)
 {
     rd_kafka_conf_t *kc = wxg_conf_kafka(conf, err, errsz);
     if (!kc)
         return NULL;
-    size_t cnt = 0, dcnt = 0;
-    const char **dump = rd_kafka_conf_dump(kc, &cnt);
-    rd_kafka_conf_t *defconf = rd_kafka_conf_new();
-    const char **defs = rd_kafka_conf_dump(defconf, &dcnt);
-    wxg_kafka_prop_t *props = calloc(cnt / 2 + 1, sizeof *props);
-    size_t np = 0;
-    for (size_t i = 0; props && i + 1 < cnt; i += 2) {
-        if (!producer_prop_wanted(dump[i]))
-            continue;
-        int is_default = 0;
-        for (size_t k = 0; k + 1 < dcnt; k += 2) {
-            if (strcmp(defs[k], dump[i]) == 0) {
-                is_default = strcmp(defs[k + 1], dump[i + 1]) == 0;
-                break;
-            }
-        }
-        const char *name =
-            strcmp(dump[i], "metadata.broker.list") == 0 ? "bootstrap.servers" : dump[i];
-        if (!is_default)
-            props[np++] = (wxg_kafka_prop_t){name, dump[i + 1]};
-    }
-    wxg_producer_t *p = props ? wxg_producer_new(props, np, err, errsz) : NULL;
-    free(props);
-    rd_kafka_conf_dump_free(defs, dcnt);
-    rd_kafka_conf_destroy(defconf);
-    rd_kafka_conf_dump_free(dump, cnt);
+    wxg_producer_t *p = prog_producer(kc, err, errsz);
     rd_kafka_conf_destroy(kc);
     return p;
 }
