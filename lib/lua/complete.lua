@@ -1,8 +1,10 @@
 -- complete: move messages from their in-flight record to a compact DONE marker.
 --
--- KEYS[i]   the in-flight record of message i
+-- KEYS[1]   the in-flight record of the first message (declared for Redis Cluster)
 -- ARGV[1..2] DONE retention ms, bucket width ms
--- then 3 per message: ownership prefix 'P|owner|fence|', DONE bucket stem, marker field
+-- then ONE value per message, packed by the client (see claim.lua for why): three length bytes
+--   (stem, record, field), then the DONE bucket stem, the in-flight record name, the marker
+--   field and the ownership prefix 'P|owner|fence|'
 -- Returns per message 0 (DONE written), 1 (no record, but the message is already DONE) or
 -- -1 (lease lost: nothing changed).
 --
@@ -24,14 +26,18 @@ end
 local newest = sfx[1]
 local expire_at = string.format('%d', (bmax + 1) * width + retention)
 local out = {}
-for i = 1, #KEYS do
-  local a = 2 + (i - 1) * 3
-  local pfx = ARGV[a + 1]
-  local v = redis.call('GETDEL', KEYS[i])
+for i = 1, #ARGV - 2 do
+  local b = ARGV[2 + i]
+  local sl, rl, fl = string.byte(b, 1, 3)
+  local rk = string.sub(b, 4 + sl, 3 + sl + rl)
+  local p = 4 + sl + rl
+  local pfx = string.sub(b, p + fl)
+  local v = redis.call('GETDEL', rk)
   if v and string.sub(v, 1, #pfx) == pfx then
     local e = string.find(v, '|', #pfx + 1, true)
-    local bk = ARGV[a + 2] .. newest
-    if redis.call('HSET', bk, ARGV[a + 3], string.sub(v, #pfx + 1, e - 1), '_', '') == 2 then
+    local bk = string.sub(b, 4, 3 + sl) .. newest
+    if redis.call('HSET', bk, string.sub(b, p, p + fl - 1), string.sub(v, #pfx + 1, e - 1), '_',
+                  '') == 2 then
       redis.call('PEXPIREAT', bk, expire_at)
     end
     out[i] = 0
@@ -40,16 +46,16 @@ for i = 1, #KEYS do
     -- a TTL too: the retention.)
     local f = rec_split(v)
     if f and tonumber(f[6]) then
-      redis.call('SET', KEYS[i], v, 'PXAT', f[6])
+      redis.call('SET', rk, v, 'PXAT', f[6])
     else
-      redis.call('SET', KEYS[i], v, 'PX', retention)
+      redis.call('SET', rk, v, 'PX', retention)
     end
     out[i] = -1
   else
     -- No record: a retried complete whose first attempt ran finds its marker; anything else
     -- (expired record, never claimed) is lease lost.
     out[i] = -1
-    local stem, field = ARGV[a + 2], ARGV[a + 3]
+    local stem, field = string.sub(b, 4, 3 + sl), string.sub(b, p, p + fl - 1)
     for j = 1, #sfx do
       if redis.call('HEXISTS', stem .. sfx[j], field) == 1 then
         out[i] = 1

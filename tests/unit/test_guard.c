@@ -299,6 +299,29 @@ static void claim_replies_parse_into_outcomes(void **state)
     assert_int_equal(c.payload_mismatch, 1);
     freeReplyObject(r);
 
+    /* The common answers travel as one integer. */
+    static const struct {
+        const char *resp;
+        wxg_guard_outcome_t outcome;
+        int mismatch;
+    } compact[] = {{":1\r\n", WXG_GUARD_CLAIMED, 0},
+                   {":2\r\n", WXG_GUARD_DUPLICATE, 0},
+                   {":3\r\n", WXG_GUARD_DUPLICATE, 1}};
+    for (size_t i = 0; i < sizeof compact / sizeof compact[0]; i++) {
+        memset(&c, 0, sizeof c);
+        r = resp(compact[i].resp);
+        assert_int_equal(wxg__guard_parse_claim(r, &c), 0);
+        assert_int_equal(c.outcome, compact[i].outcome);
+        assert_int_equal(c.payload_mismatch, compact[i].mismatch);
+        if (c.outcome == WXG_GUARD_CLAIMED) {
+            assert_int_equal(c.ticket.fence, 1);
+            assert_int_equal(c.attempt, 1);
+            assert_int_equal(c.n_finished, 0);
+            assert_null(c.finished);
+        }
+        freeReplyObject(r);
+    }
+
     memset(&c, 0, sizeof c);
     r = resp("*2\r\n:3\r\n:2500\r\n");
     assert_int_equal(wxg__guard_parse_claim(r, &c), 0);
@@ -311,7 +334,9 @@ static void malformed_claim_replies_are_refused(void **state)
 {
     (void)state;
     static const char *bad[] = {
-        ":1\r\n",                                    /* not an array */
+        ":0\r\n",                                    /* integer answer out of range */
+        ":4\r\n",                                    /* integer answer out of range */
+        "$1\r\n1\r\n",                               /* a string */
         "*2\r\n:9\r\n:1\r\n",                        /* unknown code */
         "*4\r\n:1\r\n:0\r\n:1\r\n*0\r\n",            /* fence 0 */
         "*4\r\n:1\r\n:1\r\n:1\r\n*1\r\n$1\r\na\r\n", /* odd plugin list */
