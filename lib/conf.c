@@ -165,6 +165,11 @@ static const wxg_conf_keydef_t keys[] = {
          "Redis replicas that must acknowledge a DONE record (WAIT) before the offset may pass "
          "it; 0 does not wait."),
     KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_, "Timeout of that WAIT."),
+    /* The upper bound is WXG_DONECACHE_MAX_ENTRIES (include/wxguard/donecache.h). */
+    KINT("guard.done.cache.entries", "65536", 0, 67108864, C_,
+         "Messages this replica completed that it remembers in memory (32 bytes each), so that "
+         "their redeliveries are answered as duplicates without a Redis call; 0 turns the near "
+         "cache off. Duplicates of messages completed elsewhere still ask Redis."),
 
     /* Plugins. */
     {.name = "plugins",

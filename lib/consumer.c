@@ -13,7 +13,9 @@
  *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
  *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
  *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
- *     Each worker has its own guard connection and plugin thread state.
+ *     Each worker has its own guard connection and plugin thread state; all of them share one
+ *     near cache of DONE messages (lib/donecache.c, its own striped locks), created before the
+ *     workers and destroyed after them.
  *   - The guard's watchdog thread renews the leases of claimed messages while plugins run.
  *
  * Records and messages: one record decodes into one or more messages (batched sync callbacks);
@@ -72,6 +74,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "wxguard/donecache.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
 #include "wxguard/offsets.h"
@@ -169,6 +172,7 @@ typedef struct cmetrics {
     wxg_metric_t *commit_failures, *assigns, *revokes, *revoke_timeouts;
     wxg_metric_t *inflight, *queue, *assigned, *paused, *oldest, *stalled;
     wxg_metric_t *claim_seconds, *c2c_seconds;
+    wxg_metric_t *cache_hits, *cache_entries, *cache_evictions;
     wxg_metric_t **plugin_results; /* nplugins * PR_N */
     wxg_metric_t **plugin_seconds; /* nplugins */
 } cmetrics;
@@ -204,6 +208,10 @@ struct wxg_consumer_s {
     wxg_offsets_t *offsets;
     wxg_pool_t *pool;
     wxg_guard_watchdog_t *wd;
+    /* The near cache the workers share (guard_conf.done_cache); owned when created here, and
+     * destroyed only after every worker's guard handle. */
+    wxg_donecache_t *done_cache;
+    uint64_t cache_evictions_seen; /* poll thread only */
     size_t nplugins;
 
     cpart **parts;
@@ -313,6 +321,7 @@ void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
     conf->max_message_bytes = 1 << 20;
     conf->format = WXG_FORMAT_AUTO;
     conf->stall_timeout_ms = 300000;
+    conf->done_cache_entries = 65536;
 }
 
 /* ---- records and jobs ---- */
@@ -700,6 +709,8 @@ static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n
             switch (cl->outcome) {
             case WXG_GUARD_DUPLICATE:
                 wxg_counter_inc(c->m.claims[CL_DUPLICATE]);
+                if (cl->cached)
+                    wxg_counter_inc(c->m.cache_hits);
                 if (cl->payload_mismatch)
                     wxg_counter_inc(c->m.mismatches);
                 wxg_guard_claim_clear(cl);
@@ -1555,7 +1566,8 @@ static void log_stats(wxg_consumer_t *c)
             WXG_LU("in_flight", s.in_flight), WXG_LI("oldest_ms", s.oldest_age_ms),
             WXG_LI("lag", s.lag), WXG_LU("stale_finishes", s.stale_finishes),
             WXG_LU("store_state", s.store_state), WXG_LU("guard_errors", s.guard_errors),
-            WXG_LU("dlq_errors", s.dlq_errors), WXG_LU("stalled", s.stalled));
+            WXG_LU("dlq_errors", s.dlq_errors), WXG_LU("stalled", s.stalled),
+            WXG_LU("done_cache_hits", s.done_cache_hits));
 }
 
 /* The pool's gauges, read here on the poll thread so that neither a scrape nor
@@ -1568,6 +1580,13 @@ static void refresh_gauges(wxg_consumer_t *c)
         wxg_pool_stats(c->pool, &ps);
     wxg_gauge_set(c->m.inflight, (double)(ps.jobs + c->npending));
     wxg_gauge_set(c->m.queue, (double)(ps.jobs - ps.running));
+    if (c->guard_conf.done_cache && !c->guard_conf.naive) {
+        wxg_donecache_stats_t cs;
+        wxg_donecache_stats(c->guard_conf.done_cache, &cs);
+        wxg_gauge_set(c->m.cache_entries, (double)cs.used);
+        wxg_counter_add(c->m.cache_evictions, cs.evictions - c->cache_evictions_seen);
+        c->cache_evictions_seen = cs.evictions;
+    }
     wxg_gauge_set(c->m.oldest, (double)ps.oldest_age_us / 1e6);
     atomic_store(&c->batches, ps.batches);
     atomic_store(&c->batched_jobs, ps.batched_jobs);
@@ -1766,11 +1785,20 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     m->c2c_seconds = wxg_metrics_histogram(
         r, "wxg_claim_to_commit_seconds",
         "From a record's first claim to the commit of its offset.", NULL, 0, NULL);
+    m->cache_hits = wxg_metrics_counter(
+        r, "wxg_guard_done_cache_hits_total",
+        "Duplicates answered by the near cache of DONE messages, without a Redis call.", NULL);
+    m->cache_entries = wxg_metrics_gauge(
+        r, "wxg_guard_done_cache_entries",
+        "Slots of the near cache holding an entry (some may have expired).", NULL);
+    m->cache_evictions = wxg_metrics_counter(
+        r, "wxg_guard_done_cache_evictions_total",
+        "Near-cache entries displaced by newer ones before their expiry.", NULL);
     if (!m->records || !m->decode_errors || !m->mismatches || !m->processed || !m->retries ||
         !m->dlq_writes || !m->dlq_errors || !m->lease_lost || !m->commits || !m->commit_failures ||
         !m->assigns || !m->revokes || !m->revoke_timeouts || !m->inflight || !m->queue ||
         !m->assigned || !m->paused || !m->oldest || !m->stalled || !m->claim_seconds ||
-        !m->c2c_seconds)
+        !m->c2c_seconds || !m->cache_hits || !m->cache_entries || !m->cache_evictions)
         goto fail;
     size_t np = c->nplugins;
     m->plugin_results = calloc(np * PR_N + 1, sizeof *m->plugin_results);
@@ -1825,6 +1853,12 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     c->conf = *conf;
     c->conf.kafka = NULL;
     c->guard_conf = *conf->guard;
+    if (!c->guard_conf.done_cache && !c->guard_conf.naive && conf->done_cache_entries > 0) {
+        c->done_cache = wxg_donecache_new(conf->done_cache_entries, errstr, errstr_size);
+        if (!c->done_cache)
+            goto fail;
+        c->guard_conf.done_cache = c->done_cache;
+    }
     c->nplugins = wxg_plugin_chain_count(conf->chain);
     c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
     if (pthread_mutex_init(&c->ready_mu, NULL) != 0) {
@@ -2129,6 +2163,7 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->batched_jobs = atomic_load(&c->batched_jobs);
     out->latency_p50_us = latency_quantile(c, 0.50);
     out->latency_p99_us = latency_quantile(c, 0.99);
+    out->done_cache_hits = wxg_counter_value(m->cache_hits);
 }
 
 void wxg_consumer_destroy(wxg_consumer_t *c)
@@ -2153,6 +2188,7 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
      * main thread ends only once the group has terminated), so the handle and its threads are
      * left to the process's exit. */
     wxg_guard_watchdog_destroy(c->wd);
+    wxg_donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
     wxg_offsets_destroy(c->offsets);
     for (size_t i = 0; i < c->nparts; i++) {
         pthread_mutex_destroy(&c->parts[i]->mu);

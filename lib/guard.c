@@ -32,6 +32,13 @@
  *
  * Naive mode (conf.naive, benchmark only): claim, complete and renew become one plain command
  * per message so that benchmarks can run the real consumer on the design this one replaces.
+ *
+ * Near cache (conf.done_cache, lib/donecache.c, shared by the handles of a process and safe
+ * across threads): claim first answers DUPLICATE for what the cache knows and sends only the
+ * rest to Redis; complete remembers the messages whose DONE marker it wrote. The cache only
+ * ever holds a message for less than its marker's lifetime in Redis (docs/guard.md §10), so it
+ * changes the cost of a duplicate, never its answer. Both hooks sit outside the Redis paths
+ * (claim_redis, complete_redis) and are skipped in naive mode.
  */
 #include "guard_int.h"
 
@@ -84,7 +91,13 @@ struct wxg_guard_s {
     uint64_t rng;
     wxg_guard_stats_t stats;
     char last_error[256];
+    /* Mixed into the near cache's fingerprints: this Redis server, database and prefix. */
+    unsigned char cache_ns[WXG_DONECACHE_FP_LEN];
 };
+
+static int near_ns(wxg_guard_t *g);
+static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                       wxg_guard_claim_t *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Small helpers
@@ -819,6 +832,11 @@ wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
     snprintf(g->layout_key, sizeof g->layout_key, "%slayout", g->prefix);
     if (fill_random(&g->rng, sizeof g->rng) != 0 || g->rng == 0)
         g->rng = (uint64_t)mono_ms() | 1;
+    rc = near_ns(g);
+    if (rc) {
+        set_err(errstr, errstr_size, "out of memory");
+        goto out;
+    }
     rc = guard_connect(g, errstr, errstr_size);
 out:
     if (rc) {
@@ -1392,23 +1410,131 @@ void wxg_guard_claim_clear(wxg_guard_claim_t *c)
     memset(c, 0, sizeof *c);
 }
 
-int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                          wxg_guard_claim_t *out)
+/* ---- near cache (conf.done_cache; docs/guard.md §10) ----
+ *
+ * Kept apart from the Redis paths on purpose: claim filters the messages the cache knows before
+ * the Redis path sees the rest, and complete remembers what it wrote after the Redis path
+ * returned, so neither depends on how a script call is packed or answered. */
+
+/* The cache key of `key`: the first 16 bytes of its fingerprint, mixed with this handle's
+ * server/database/prefix identity so that handles of different deployments never see each
+ * other's entries in a shared cache. */
+static int near_fp(const wxg_guard_t *g, const char *key, size_t key_len,
+                   unsigned char out[WXG_DONECACHE_FP_LEN])
 {
-    if (!g || (n > 0 && (!msgs || !out)))
+    unsigned char fp[32];
+    int rc = wxg__guard_fingerprint(key, key_len, fp);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < WXG_DONECACHE_FP_LEN; i++)
+        out[i] = fp[i] ^ g->cache_ns[i];
+    return 0;
+}
+
+static int near_ns(wxg_guard_t *g)
+{
+    char id[1024];
+    int len = snprintf(id, sizeof id, "wxg-donecache\n%s\n%d\n%d\n%s",
+                       g->unix_path ? g->unix_path : g->host, g->unix_path ? 0 : g->conf.port,
+                       g->conf.db, g->prefix);
+    if (len < 0)
         return WXG_EINVAL;
-    for (size_t i = 0; i < n; i++)
-        memset(&out[i], 0, sizeof out[i]);
-    if (n == 0)
-        return 0;
-    if (g->conf.naive) {
-        int nrc = naive_claim(g, msgs, n, out);
-        if (nrc) {
-            for (size_t i = 0; i < n; i++)
-                wxg_guard_claim_clear(&out[i]);
-        }
-        return nrc;
+    unsigned char fp[32];
+    int rc = wxg__guard_fingerprint(id, (size_t)len < sizeof id ? (size_t)len : sizeof id - 1, fp);
+    if (rc == 0)
+        memcpy(g->cache_ns, fp, sizeof g->cache_ns);
+    return rc;
+}
+
+/* Answers from the cache what it knows and sends only the rest to Redis (none: no call). */
+static int near_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
+{
+    int64_t now = mono_ms();
+    size_t hits = 0, mismatches = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char fp[WXG_DONECACHE_FP_LEN];
+        int tag = 0;
+        /* A key that cannot be hashed goes to the Redis path, which reports it. */
+        if (near_fp(g, msgs[i].key, msgs[i].key_len, fp) != 0 ||
+            !wxg_donecache_lookup(g->conf.done_cache, fp, now, &tag))
+            continue;
+        out[i].outcome = WXG_GUARD_DUPLICATE;
+        out[i].cached = 1;
+        out[i].payload_mismatch = tag != wxg__guard_payload_tag(msgs[i].payload_hash);
+        mismatches += (size_t)out[i].payload_mismatch;
+        hits++;
     }
+    if (hits == 0)
+        return claim_redis(g, msgs, n, out);
+    int rc = 0;
+    size_t m = n - hits;
+    wxg_guard_msg_t *sub = NULL;
+    wxg_guard_claim_t *subout = NULL;
+    size_t *idx = NULL;
+    if (m > 0) {
+        sub = malloc(m * sizeof *sub);
+        subout = calloc(m, sizeof *subout);
+        idx = malloc(m * sizeof *idx);
+        if (!sub || !subout || !idx) {
+            rc = WXG_ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0, k = 0; i < n; i++) {
+            if (!out[i].cached) {
+                sub[k] = msgs[i];
+                idx[k++] = i;
+            }
+        }
+        rc = claim_redis(g, sub, m, subout);
+        if (rc)
+            goto out;
+        for (size_t k = 0; k < m; k++)
+            out[idx[k]] = subout[k]; /* takes over what the result owns */
+    }
+    g->stats.duplicates += hits;
+    g->stats.local_duplicates += hits;
+    g->stats.payload_mismatches += mismatches;
+out:
+    free(sub);
+    free(subout);
+    free(idx);
+    return rc;
+}
+
+/* Claim results carry the payload tag their DONE marker will get, for near_remember. */
+static void ticket_tags(const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (out[i].outcome == WXG_GUARD_CLAIMED) {
+            out[i].ticket.payload_tag = wxg__guard_payload_tag(msgs[i].payload_hash);
+            out[i].ticket.payload_tag_set = 1;
+        }
+    }
+}
+
+/* Remembers the messages whose DONE marker this call wrote (result OK), until sent_ms + the
+ * retention. The server wrote each marker after sent_ms, and a marker is a duplicate for at
+ * least the retention after it was written, so the cache never says DUPLICATE where Redis
+ * would not. ALREADY_DONE is not remembered: the marker was written at an unknown earlier time
+ * and may expire at any moment. */
+static void near_remember(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, const int *results,
+                          int64_t sent_ms)
+{
+    int64_t now = mono_ms();
+    int64_t expires = sent_ms + g->geom.retention_ms;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char fp[WXG_DONECACHE_FP_LEN];
+        if (results[i] != WXG_GUARD_OK || !t[i].payload_tag_set ||
+            near_fp(g, t[i].key, t[i].key_len, fp) != 0)
+            continue;
+        wxg_donecache_insert(g->conf.done_cache, fp, t[i].payload_tag, expires, now);
+    }
+}
+
+/* The Redis path of a claim (out[] is cleared by the caller). */
+static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                       wxg_guard_claim_t *out)
+{
     batch b;
     char *kp;
     unsigned char *rnd = NULL;
@@ -1505,6 +1631,31 @@ out:
     free(rnd);
     batch_free(&b);
     return rc;
+}
+
+int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                          wxg_guard_claim_t *out)
+{
+    if (!g || (n > 0 && (!msgs || !out)))
+        return WXG_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        memset(&out[i], 0, sizeof out[i]);
+    if (n == 0)
+        return 0;
+    int rc;
+    if (g->conf.naive)
+        rc = naive_claim(g, msgs, n, out);
+    else if (g->conf.done_cache)
+        rc = near_claim(g, msgs, n, out);
+    else
+        rc = claim_redis(g, msgs, n, out);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            wxg_guard_claim_clear(&out[i]);
+        return rc;
+    }
+    ticket_tags(msgs, n, out);
+    return 0;
 }
 
 int wxg_guard_claim(wxg_guard_t *g, const char *key, size_t key_len,
@@ -1617,14 +1768,9 @@ int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t, const cha
     return single_result(rc, res);
 }
 
-int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+/* The Redis path of a complete. */
+static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
 {
-    if (!g || (n > 0 && (!t || !results)))
-        return WXG_EINVAL;
-    if (n == 0)
-        return 0;
-    if (g->conf.naive)
-        return naive_complete(g, t, n, results);
     batch b;
     int rc = batch_init(g, &b, S_COMPLETE, n, 0);
     if (rc)
@@ -1651,6 +1797,23 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
     if (rc == 0)
         rc = run_transition(g, &b, results, &g->stats.completed);
     batch_free(&b);
+    return rc;
+}
+
+int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    if (!g || (n > 0 && (!t || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    if (g->conf.naive)
+        return naive_complete(g, t, n, results);
+    /* Taken before the call: the marker is written after this instant (server time), so an
+     * expiry counted from here never outlasts it (near_remember). */
+    int64_t sent_ms = mono_ms();
+    int rc = complete_redis(g, t, n, results);
+    if (rc == 0 && g->conf.done_cache)
+        near_remember(g, t, n, results, sent_ms);
     return rc;
 }
 

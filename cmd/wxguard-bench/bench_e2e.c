@@ -15,6 +15,11 @@
  * per DONE marker, no batching). The light-load row runs with batching on and off, to show the
  * latency batching adds. --plot FILE writes "workers wxguard naive" lines for gnuplot
  * (bench/e2e-workers.gp).
+ *
+ * The consumer runs with its near cache of DONE messages on, as in production (the default of
+ * wxg_consumer_conf_init, docs/guard.md §10): a duplicate whose original this process completed
+ * costs no Redis call. --no-done-cache turns it off, to measure what it saves; the last column
+ * shows the share of messages it answered.
  */
 #include <getopt.h>
 #include <hiredis/hiredis.h>
@@ -47,6 +52,7 @@ typedef struct e2e_opts {
     uint64_t delay_us;
     uint64_t light_rate; /* messages/s of the light-load row */
     int naive;
+    int no_done_cache;
     const char *plot;
 } e2e_opts;
 
@@ -65,6 +71,8 @@ static void e2e_usage(FILE *f)
                "                      1000 messages fed while the consumer runs, 4 workers,\n"
                "                      batching on and off)\n"
                "  --naive             also run the naive guard design on the same topics\n"
+               "  --no-done-cache     run the consumer without its near cache of DONE messages\n"
+               "                      (on by default, as in production)\n"
                "  --plot FILE         write 'workers wxguard-msg/s naive-msg/s' lines to FILE\n");
 }
 
@@ -114,6 +122,7 @@ static void *run_consumer(void *arg)
 
 typedef struct e2e_row {
     double rate, plain, p50_ms, p99_ms, rt_per_msg, batch, cmds_per_msg, cpu_us_per_msg;
+    double cache_hits_per_msg;
     int ok;
 } e2e_row;
 
@@ -172,6 +181,8 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     cc.workers = (unsigned)workers;
     cc.batch_max = batch;
     cc.batch_delay_us = (int64_t)o->delay_us;
+    if (o->no_done_cache)
+        cc.done_cache_entries = 0;
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
@@ -239,6 +250,7 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         row.batch = st.batches ? (double)st.batched_jobs / (double)st.batches : 0;
         row.cpu_us_per_msg = (cpu1 - cpu0) * 1e6 / (double)o->messages;
         row.cmds_per_msg = (calls1 - calls0) / (double)o->messages;
+        row.cache_hits_per_msg = (double)st.done_cache_hits / (double)o->messages;
     }
 out:
     if (admin)
@@ -277,12 +289,12 @@ static int prepare(const e2e_opts *o, int run, uint64_t light_rate, char *topic,
 static void print_row(const char *design, int workers, const e2e_row *r, double plain)
 {
     if (!r->ok) {
-        printf("| %s | %d | failed | | | | | | | | |\n", design, workers);
+        printf("| %s | %d | failed | | | | | | | | | |\n", design, workers);
         return;
     }
-    printf("| %s | %d | %.0f | %.0f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %.1f |\n", design,
-           workers, r->rate, plain, plain > 0 ? r->rate / plain : 0, r->p50_ms, r->p99_ms,
-           r->rt_per_msg, r->cmds_per_msg, r->cpu_us_per_msg, r->batch);
+    printf("| %s | %d | %.0f | %.0f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %.1f | %.3f |\n",
+           design, workers, r->rate, plain, plain > 0 ? r->rate / plain : 0, r->p50_ms, r->p99_ms,
+           r->rt_per_msg, r->cmds_per_msg, r->cpu_us_per_msg, r->batch, r->cache_hits_per_msg);
     fflush(stdout);
 }
 
@@ -352,6 +364,7 @@ int wxgb_e2e_main(int argc, char **argv)
                                        {"delay-us", required_argument, NULL, 'D'},
                                        {"light-rate", required_argument, NULL, 'L'},
                                        {"naive", no_argument, NULL, 'N'},
+                                       {"no-done-cache", no_argument, NULL, 'C'},
                                        {"plot", required_argument, NULL, 'G'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -408,6 +421,9 @@ int wxgb_e2e_main(int argc, char **argv)
         case 'N':
             o.naive = 1;
             break;
+        case 'C':
+            o.no_done_cache = 1;
+            break;
         case 'G':
             o.plot = optarg;
             break;
@@ -422,12 +438,14 @@ int wxgb_e2e_main(int argc, char **argv)
         goto usage;
     wxg_log_set_level(WXG_LOG_WARN);
     printf("## wxguard-bench e2e\n\n%llu records per run (%.0f%% duplicates, ~%llu-byte content), "
-           "%d partitions, noop plugin, batch %llu, batch delay %llu us\n\n",
+           "%d partitions, noop plugin, batch %llu, batch delay %llu us, near cache %s\n\n",
            (unsigned long long)o.messages, o.dup * 100, (unsigned long long)o.size, o.partitions,
-           (unsigned long long)o.batch, (unsigned long long)o.delay_us);
+           (unsigned long long)o.batch, (unsigned long long)o.delay_us,
+           o.no_done_cache ? "off" : "on");
     printf("| design | workers | msg/s | plain librdkafka msg/s | ratio | p50 ms | p99 ms | Redis "
-           "round trips/msg | Redis commands/msg | Redis CPU us/msg | mean batch |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "round trips/msg | Redis commands/msg | Redis CPU us/msg | mean batch | near-cache "
+           "hits/msg |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     FILE *plot = o.plot ? fopen(o.plot, "w") : NULL;
     if (o.plot && !plot) {
         fprintf(stderr, "e2e: cannot write %s\n", o.plot);

@@ -70,8 +70,14 @@ typedef struct wxg_consumer_conf {
     int64_t stall_timeout_ms;
 
     const wxg_guard_conf_t *guard; /* copied fields are used by each worker's wxg_guard_new() */
-    wxg_plugin_chain_t *chain;     /* borrowed; must outlive the consumer */
-    wxg_dlq_t *dlq;                /* borrowed; must outlive the consumer */
+    /* Entries of the near cache of DONE messages (docs/guard.md §10) that the consumer creates
+     * and shares among its workers, so that a redelivery of a message this replica completed
+     * costs no Redis call; 0 turns it off. Default 65536 (about 2 MiB). When guard->done_cache
+     * is set, that cache is used instead (borrowed) and this is ignored; naive mode never uses
+     * one. */
+    size_t done_cache_entries;
+    wxg_plugin_chain_t *chain; /* borrowed; must outlive the consumer */
+    wxg_dlq_t *dlq;            /* borrowed; must outlive the consumer */
     /* Registry for the consumer's metrics (borrowed; must outlive the consumer); NULL: the
      * consumer keeps a private one, so wxg_consumer_stats() works either way. */
     wxg_metrics_t *metrics;
@@ -79,7 +85,7 @@ typedef struct wxg_consumer_conf {
 
 /* Fills the numeric fields with the documented defaults (4 workers, capacity 4096, batch 64,
  * 1 ms batch delay, 30 s drain, 1 s commit interval, 5 attempts, 200 ms..30 s backoff, 1 MiB,
- * 5 min stall); pointers are zeroed. */
+ * 5 min stall, a near cache of 65536 entries); pointers are zeroed. */
 WXG_EXPORT void wxg_consumer_conf_init(wxg_consumer_conf_t *conf);
 
 /* Counters since creation (monotonic) and gauges (now; refreshed by the poll thread at most
@@ -117,6 +123,8 @@ typedef struct wxg_consumer_stats {
     uint64_t claimed;            /* claims that made this replica the owner */
     uint64_t payload_mismatches; /* duplicates whose payload differs from the finished one */
     size_t stalled;              /* partitions the stall detector holds stalled now */
+    uint64_t done_cache_hits;    /* duplicates answered by the near cache, without Redis (also
+                                    counted in duplicates) */
 } wxg_consumer_stats_t;
 
 typedef struct wxg_consumer_s wxg_consumer_t;

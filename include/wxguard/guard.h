@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "wxguard/common.h"
+#include "wxguard/donecache.h"
 #include "wxguard/err.h"
 
 /* Owner tokens are 128 random bits written as 32 lower-case hex digits. */
@@ -89,6 +90,14 @@ typedef struct wxg_guard_conf {
      * fencing (every fence is 1), no plugin_done or fail (they return WXG_ESTATE), no admin
      * operations. Keys are <prefix>n:<SHA-256 of the key in hex>. */
     int naive;
+
+    /* The near cache of DONE messages (docs/guard.md §10), borrowed: NULL (the default) turns it
+     * off. A claim of a message found there is answered DUPLICATE without Redis, and a complete
+     * that wrote a DONE marker (result OK) remembers the message for the DONE retention. One
+     * cache may be shared by any number of handles (and threads) of a process; entries are kept
+     * apart per Redis server, database and prefix. It must outlive every handle using it.
+     * Ignored in naive mode. */
+    wxg_donecache_t *done_cache;
 } wxg_guard_conf_t;
 
 /* Fills `conf` with the defaults above. */
@@ -128,6 +137,11 @@ typedef struct wxg_guard_ticket {
     size_t key_len;
     uint64_t fence; /* fencing token: strictly greater than any earlier claim of this message */
     char owner[WXG_GUARD_OWNER_LEN + 1];
+    /* Set by claim: the payload tag the DONE marker will carry (payload_tag_set = 1). A ticket
+     * built by hand leaves payload_tag_set 0, and its completion is then not put in the near
+     * cache (conf.done_cache). */
+    int payload_tag;
+    int payload_tag_set;
 } wxg_guard_ticket_t;
 
 /* A plugin that already finished on an earlier attempt, with the small result it recorded. */
@@ -147,6 +161,7 @@ typedef struct wxg_guard_claim {
     wxg_guard_plugin_result_t *finished; /* CLAIMED: owned by this struct */
     int payload_mismatch;                /* DUPLICATE: the DONE message had another payload */
     int64_t lease_ms_left;               /* BUSY: time left on the live owner's lease */
+    int cached; /* DUPLICATE: answered by the near cache (conf.done_cache), without Redis */
 } wxg_guard_claim_t;
 
 /* Frees what a claim result owns and zeroes it. NULL is accepted. */
@@ -170,7 +185,10 @@ typedef struct wxg_guard_msg {
 
 /* Claims up to n messages in one script call per batch_max messages (one per shard and batch in
  * cluster mode). out[i] receives the result for msgs[i]; each CLAIMED result holds a fresh owner
- * token and the fencing token. On a call-level error out[] is left cleared. */
+ * token and the fencing token. On a call-level error out[] is left cleared. With
+ * conf.done_cache, a message the near cache holds is answered DUPLICATE (cached = 1, with the
+ * payload check against the cached tag) without Redis; only the others are sent, and when the
+ * cache holds every message no Redis call is made at all. */
 WXG_EXPORT int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
                                      wxg_guard_claim_t *out);
 WXG_EXPORT int wxg_guard_claim(wxg_guard_t *g, const char *key, size_t key_len,
@@ -197,8 +215,10 @@ WXG_EXPORT int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t
 
 /* Marks each message DONE: deletes its in-flight record and adds its compact marker, kept for the
  * DONE retention. results[i]: OK, LEASE_LOST or ALREADY_DONE (no record of this owner, but the
- * message is DONE, e.g. when a timed-out complete did run). The single form returns 0 for OK and
- * ALREADY_DONE (setting *already_done, which may be NULL) or WXG_ELEASELOST. */
+ * message is DONE, e.g. when a timed-out complete did run). With conf.done_cache, each message
+ * whose result is OK is remembered in the near cache for the retention (counted from before the
+ * call); ALREADY_DONE ones are not (their marker's age is unknown). The single form returns 0 for
+ * OK and ALREADY_DONE (setting *already_done, which may be NULL) or WXG_ELEASELOST. */
 WXG_EXPORT int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
                                         int *results);
 WXG_EXPORT int wxg_guard_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, int *already_done);
@@ -312,6 +332,8 @@ typedef struct wxg_guard_stats {
     uint64_t timeouts;     /* calls that failed with WXG_ETIMEDOUT */
     uint64_t redis_errors; /* error replies other than NOSCRIPT */
     uint64_t replica_failures;
+    uint64_t local_duplicates; /* duplicates answered by the near cache without Redis (also
+                                  counted in duplicates and, if so, payload_mismatches) */
 } wxg_guard_stats_t;
 
 WXG_EXPORT void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out);

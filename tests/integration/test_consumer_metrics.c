@@ -120,11 +120,16 @@ static void counters_match_what_was_processed_and_readyz_turns_ready_once_assign
     assert_true(wxg_ct_wait_all_committed(&t, 60000, NULL));
 
     assert_true(wait_sample(port, "wxg_claim_to_commit_seconds_count", 1, 5000) >= 1);
+    assert_int_equal(wait_sample(port, "wxg_guard_done_cache_entries", 30, 5000), 30);
     assert_int_equal(get(port, "/metrics", &body), 200);
     assert_int_equal(sample(body, "wxg_consumer_records_total"), 40);
     assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"claimed\"}"), 30);
     assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"duplicate\"}"), 10);
     assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"busy\"}"), 0);
+    /* This replica completed every original itself, so the near cache answered every
+     * duplicate, and it holds the 30 completed messages. */
+    assert_int_equal(sample(body, "wxg_guard_done_cache_hits_total"), 10);
+    assert_int_equal(sample(body, "wxg_guard_done_cache_evictions_total"), 0);
     assert_int_equal(sample(body, "wxg_messages_processed_total"), 30);
     assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"ok\"}"), 30);
     assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"fail\"}"),
