@@ -48,6 +48,14 @@ void chaos_setup(chaos_t *c, const char *tag, int partitions, size_t nmsgs, uint
     }
 }
 
+void chaos_isolate_coordinator(chaos_t *c, int coord)
+{
+    assert_true(coord != 1);
+    for (int p = 0; p < c->t.partitions; p++)
+        wxg_test_devbroker_cmd(&c->db, "leader %s %d 1", c->t.topic, p);
+    wxg_test_devbroker_cmd(&c->db, "coordinator group %s %d", c->t.group, coord);
+}
+
 void chaos_produce(chaos_t *c, size_t from, size_t to, int (*want)(int32_t p))
 {
     assert_true(from <= to && to <= c->nmsgs);

@@ -39,6 +39,10 @@ typedef struct chaos {
 void chaos_setup(chaos_t *c, const char *tag, int partitions, size_t nmsgs, uint64_t id_base,
                  const char *extra);
 
+/* Makes broker 1 lead every partition and broker `coord` (not 1) the coordinator of the test's
+ * group, so that a fault on `coord` hits the group and never fetching. Call before spawning. */
+void chaos_isolate_coordinator(chaos_t *c, int coord);
+
 /* Produces planned messages [from, to) that belong to a partition for which `want(p)` is
  * true (want may be NULL: all). */
 void chaos_produce(chaos_t *c, size_t from, size_t to, int (*want)(int32_t p));

@@ -28,9 +28,7 @@ static void coordinator_down_past_the_session_loses_the_assignment_without_commi
 {
     (void)state;
     chaos_setup(&c, "chaos-coorddown", PARTITIONS, TOTAL, ID_BASE, NULL);
-    for (int p = 0; p < PARTITIONS; p++)
-        wxg_test_devbroker_cmd(&c.db, "leader %s %d 1", c.t.topic, p);
-    wxg_test_devbroker_cmd(&c.db, "coordinator group %s %d", c.t.group, COORD);
+    chaos_isolate_coordinator(&c, COORD);
     wxg_ct_spawn(&c.t, 0);
     wxg_ct_spawn(&c.t, 1);
     size_t third = TOTAL / 3;

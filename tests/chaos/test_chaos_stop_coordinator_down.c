@@ -37,9 +37,7 @@ static void stop_while_unreachable(const char *tag, uint64_t id_base, int silent
              "consumer.commit.timeout.ms = %dms\n",
              SESSION_MS, COMMIT_MS);
     chaos_setup(&c, tag, PARTITIONS, TOTAL, id_base, extra);
-    for (int p = 0; p < PARTITIONS; p++)
-        wxg_test_devbroker_cmd(&c.db, "leader %s %d 1", c.t.topic, p);
-    wxg_test_devbroker_cmd(&c.db, "coordinator group %s %d", c.t.group, COORD);
+    chaos_isolate_coordinator(&c, COORD);
     wxg_ct_spawn(&c.t, 0);
     size_t half = TOTAL / 2;
     chaos_produce(&c, 0, half, NULL);
@@ -80,7 +78,7 @@ static void stop_while_unreachable(const char *tag, uint64_t id_base, int silent
      * each of the commit and the close before. */
     assert_int_equal(wxg_ct_log_count(&c.t, 0, "event=final_commit_failed kafka_err=_TIMED_OUT"),
                      1);
-    assert_true(stop_ms < (2 * COMMIT_MS + 2000) * wxg_test_scale());
+    assert_true(stop_ms < (2 * COMMIT_MS + 3000) * wxg_test_scale());
 
     if (silent) {
         /* The mock applies a commit when it arrives and only holds the answer, so offsets may
