@@ -226,7 +226,7 @@ struct wxg_consumer_s {
     int closing;
     int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
     int close_released;  /* an assign during close made librdkafka release every partition */
-    int coord_silent;    /* the final commit got no answer: the coordinator is unreachable */
+    int coord_silent;    /* the final commit got no answer from the coordinator */
     int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
     int ran;
     size_t window_limit;
@@ -1875,6 +1875,10 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     }
     c->conf = *conf;
     c->conf.kafka = NULL;
+    /* A configuration filled field by field rather than from wxg_consumer_conf_init() may
+     * leave this new field 0, which would abandon every synchronous commit at once. */
+    if (c->conf.commit_timeout_ms <= 0)
+        c->conf.commit_timeout_ms = 5000;
     c->guard_conf = *conf->guard;
     c->nplugins = wxg_plugin_chain_count(conf->chain);
     c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;

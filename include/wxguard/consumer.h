@@ -61,7 +61,8 @@ typedef struct wxg_consumer_conf {
     int64_t drain_timeout_ms; /* shutdown and revoke drain budget */
     int64_t commit_interval_ms;
     /* Longest wait for the answer to a synchronous commit (at a revoke, and the final one on
-     * shutdown); a commit not answered by then is abandoned and its offsets are redelivered. */
+     * shutdown); a commit not answered by then is abandoned and its offsets are redelivered.
+     * 0 or less: 5 s. */
     int64_t commit_timeout_ms;
     uint32_t retry_max; /* attempts before a retried message is dead-lettered */
     int64_t backoff_initial_ms;
