@@ -107,6 +107,14 @@ static const wxg_conf_keydef_t keys[] = {
          "partitions; what is unfinished then is not committed and will be redelivered."),
     KDUR("consumer.commit.interval.ms", "1s", 10, 10 * MIN, C_,
          "How often the finished watermark of each partition is committed."),
+    KDUR("consumer.commit.timeout.ms", "5s", 100, 10 * MIN, C_,
+         "Longest wait for the answer to a synchronous commit: the one for revoked partitions "
+         "and the final one on shutdown. A commit not answered by then (the group coordinator "
+         "is unreachable or silent) is abandoned; its messages are redelivered to the next "
+         "owner and skipped as duplicates; the close that follows an unanswered final commit "
+         "gets this long too. The longest stop is consumer.drain.timeout.ms plus this plus "
+         "kafka.session.timeout.ms (the close), and with the coordinator unreachable the "
+         "drain plus twice this."),
     KINT("consumer.retry.max", "5", 1, 1000, C_,
          "Attempts of a message whose plugin asks for a retry before it goes to the dead-letter "
          "topic."),

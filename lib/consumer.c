@@ -59,8 +59,12 @@
  * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
  * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
  * -> the message waits and retries, holding its partition's watermark; stores for partitions no
- * longer ours (_STATE) and late completions are counted, not errors; a close that does not
- * finish within session.timeout.ms is abandoned (close_timeout) so that a stop stays bounded.
+ * longer ours (_STATE) and late completions are counted, not errors; a synchronous commit (at
+ * a revoke, and the final one) that gets no answer within commit_timeout_ms is abandoned, and a
+ * close that does not finish within session.timeout.ms (within commit_timeout_ms after such a
+ * final commit) is abandoned (close_timeout), so that a stop stays bounded even when the group
+ * coordinator cannot be reached: what was not committed is redelivered to the next owner and
+ * skipped by the guard.
  */
 #include "wxguard/consumer.h"
 
@@ -230,6 +234,7 @@ struct wxg_consumer_s {
     int closing;
     int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
     int close_released;  /* an assign during close made librdkafka release every partition */
+    int coord_silent;    /* the final commit got no answer from the coordinator */
     int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
     int ran;
     size_t window_limit;
@@ -315,6 +320,7 @@ void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
     conf->batch_delay_us = 1000;
     conf->drain_timeout_ms = 30000;
     conf->commit_interval_ms = 1000;
+    conf->commit_timeout_ms = 5000;
     conf->retry_max = 5;
     conf->backoff_initial_ms = 200;
     conf->backoff_max_ms = 30000;
@@ -1157,6 +1163,48 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
 }
 
+/* ---- synchronous commits with a bound (poll thread) ---- */
+
+/* Commits `offsets` (NULL: the stored offsets of the whole assignment) and waits at most
+ * conf.commit_timeout_ms for the answer. rd_kafka_commit(.., 0) would wait without a limit:
+ * librdkafka 2.0.2 keeps a commit for an unreachable coordinator until the session times out,
+ * and one sent to a coordinator that accepted it but does not answer until the request
+ * times out (socket.timeout.ms) and is retried. So the commit is sent asynchronously with its
+ * answer routed to a queue of its own, and that queue is waited on within the budget. Returns
+ * the commit's result, or RD_KAFKA_RESP_ERR__TIMED_OUT when no answer came in time: the commit
+ * then stays queued in librdkafka and may still land (its offsets are finished watermarks, so
+ * that is safe, and the broker refuses it once the group has moved to a new generation); its
+ * answer is dropped with the queue. The configured commit callback sees the answer too, when
+ * it comes, as it does for every commit. */
+static rd_kafka_resp_err_t commit_bounded(wxg_consumer_t *c,
+                                          const rd_kafka_topic_partition_list_t *offsets)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
+    if (!q)
+        return RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE;
+    rd_kafka_resp_err_t err = rd_kafka_commit_queue(c->rk, offsets, q, NULL, NULL);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+        int64_t deadline = mono_ms() + c->conf.commit_timeout_ms;
+        for (;;) {
+            int64_t left = deadline - mono_ms();
+            if (left <= 0)
+                break;
+            rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)left);
+            if (!ev)
+                continue;
+            int mine = rd_kafka_event_type(ev) == RD_KAFKA_EVENT_OFFSET_COMMIT;
+            if (mine)
+                err = rd_kafka_event_error(ev);
+            rd_kafka_event_destroy(ev);
+            if (mine)
+                break;
+        }
+    }
+    rd_kafka_queue_destroy(q);
+    return err;
+}
+
 /* ---- rebalances (poll thread, inside rd_kafka_consumer_poll) ---- */
 
 /* The protocol is fixed by the configured assignor, so it is asked once and remembered: in
@@ -1292,8 +1340,11 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         wxg_pool_cancel(c->pool, v[i]->tag);
     if (timed_out)
         wxg_counter_inc(c->m.revoke_timeouts);
-    /* 3. Commit their watermarks synchronously while they are still ours. */
-    if (!lost && !released && nv > 0) {
+    /* 3. Commit their watermarks synchronously while they are still ours, within the commit
+     *    budget. Not when the final commit found the coordinator silent: this revoke is the
+     *    close's, the watermarks are the ones that commit already carried, and waiting again
+     *    would only lengthen the stop. */
+    if (!lost && !released && !c->coord_silent && nv > 0) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
         for (size_t i = 0; l && i < nv; i++) {
             int64_t off;
@@ -1301,7 +1352,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
                 rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
         }
         if (l && l->cnt > 0) {
-            rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, l, 0);
+            rd_kafka_resp_err_t err = commit_bounded(c, l);
             if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
                 wxg_counter_inc(c->m.commit_failures);
                 wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
@@ -1852,6 +1903,10 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     }
     c->conf = *conf;
     c->conf.kafka = NULL;
+    /* A configuration filled field by field rather than from wxg_consumer_conf_init() may
+     * leave this new field 0, which would abandon every synchronous commit at once. */
+    if (c->conf.commit_timeout_ms <= 0)
+        c->conf.commit_timeout_ms = 5000;
     c->guard_conf = *conf->guard;
     if (!c->guard_conf.done_cache && !c->guard_conf.naive && conf->done_cache_entries > 0) {
         c->done_cache = wxg_donecache_new(conf->done_cache_entries, errstr, errstr_size);
@@ -1989,7 +2044,11 @@ static int64_t close_budget_ms(wxg_consumer_t *c)
 static void close_bounded(wxg_consumer_t *c)
 {
     c->closing = 1;
-    int64_t budget = close_budget_ms(c);
+    /* When the final commit got no answer the coordinator cannot be reached: the close would
+     * wait for that commit (librdkafka keeps it for up to session.timeout.ms) and could not
+     * deliver the LeaveGroup anyway, so it gets the commit budget instead. The group then
+     * notices the member gone at its session timeout, as after a crash. */
+    int64_t budget = c->coord_silent ? c->conf.commit_timeout_ms : close_budget_ms(c);
     int64_t deadline = mono_ms() + budget;
     rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, c->rkq);
     if (e) {
@@ -2039,9 +2098,16 @@ static void shutdown_consumer(wxg_consumer_t *c)
     drop_pending_of(c, NULL);
     refresh_gauges(c);
     store_offsets(c);
-    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+    /* Bounded: with the coordinator unreachable an unbounded commit alone could outlast the
+     * platform's stop timeout. What it could not commit is redelivered and skipped. */
+    rd_kafka_resp_err_t err = commit_bounded(c, NULL);
+    if (err == RD_KAFKA_RESP_ERR__TIMED_OUT || err == RD_KAFKA_RESP_ERR__WAIT_COORD) {
+        c->coord_silent = 1;
+        wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)),
+                WXG_LI("budget_ms", c->conf.commit_timeout_ms));
+    } else if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
         wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
+    }
     close_bounded(c);
     log_stats(c);
     wxg_log(WXG_LOG_INFO, "stopped");

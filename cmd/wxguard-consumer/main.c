@@ -221,6 +221,7 @@ int main(int argc, char **argv)
     cc.batch_delay_us = wxg_conf_int(conf, "consumer.batch.delay.ms") * 1000;
     cc.drain_timeout_ms = wxg_conf_int(conf, "consumer.drain.timeout.ms");
     cc.commit_interval_ms = wxg_conf_int(conf, "consumer.commit.interval.ms");
+    cc.commit_timeout_ms = wxg_conf_int(conf, "consumer.commit.timeout.ms");
     cc.retry_max = (uint32_t)wxg_conf_int(conf, "consumer.retry.max");
     cc.backoff_initial_ms = wxg_conf_int(conf, "consumer.retry.backoff.initial.ms");
     cc.backoff_max_ms = wxg_conf_int(conf, "consumer.retry.backoff.max.ms");

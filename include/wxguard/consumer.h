@@ -60,6 +60,10 @@ typedef struct wxg_consumer_conf {
     int64_t batch_delay_us;   /* longest wait to fill a batch at light load */
     int64_t drain_timeout_ms; /* shutdown and revoke drain budget */
     int64_t commit_interval_ms;
+    /* Longest wait for the answer to a synchronous commit (at a revoke, and the final one on
+     * shutdown); a commit not answered by then is abandoned and its offsets are redelivered.
+     * 0 or less: 5 s. */
+    int64_t commit_timeout_ms;
     uint32_t retry_max; /* attempts before a retried message is dead-lettered */
     int64_t backoff_initial_ms;
     int64_t backoff_max_ms;
@@ -84,8 +88,9 @@ typedef struct wxg_consumer_conf {
 } wxg_consumer_conf_t;
 
 /* Fills the numeric fields with the documented defaults (4 workers, capacity 4096, batch 64,
- * 1 ms batch delay, 30 s drain, 1 s commit interval, 5 attempts, 200 ms..30 s backoff, 1 MiB,
- * 5 min stall, a near cache of 65536 entries); pointers are zeroed. */
+ * 1 ms batch delay, 30 s drain, 1 s commit interval, 5 s commit timeout, 5 attempts,
+ * 200 ms..30 s backoff, 1 MiB, 5 min stall, a near cache of 65536 entries); pointers are
+ * zeroed. */
 WXG_EXPORT void wxg_consumer_conf_init(wxg_consumer_conf_t *conf);
 
 /* Counters since creation (monotonic) and gauges (now; refreshed by the poll thread at most

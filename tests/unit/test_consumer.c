@@ -30,6 +30,7 @@ static void defaults_match_the_documented_values(void **state)
     assert_int_equal(c.batch_delay_us, 1000);
     assert_int_equal(c.drain_timeout_ms, 30000);
     assert_int_equal(c.commit_interval_ms, 1000);
+    assert_int_equal(c.commit_timeout_ms, 5000);
     assert_int_equal(c.retry_max, 5);
     assert_int_equal(c.backoff_initial_ms, 200);
     assert_int_equal(c.backoff_max_ms, 30000);
