@@ -55,6 +55,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dlq_int.h"
 #include "err_int.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
@@ -301,6 +302,106 @@ fail_cattr:
 fail_mutex:
     free(p);
     return NULL;
+}
+
+/* Whether a producer of `scope` takes over the setting `name` (see wxg_producer_scope_t). */
+int wxg__producer_prop_wanted(wxg_producer_scope_t scope, const char *name)
+{
+    size_t nl = strlen(name);
+    /* Callbacks (log_cb, ...) are dumped as pointers and can only be set through their own
+     * functions; the producer installs its own. */
+    if (nl > 3 && strcmp(name + nl - 3, "_cb") == 0)
+        return 0;
+    /* Dumped as pointers too: the topic settings come from the default topic configuration's
+     * own dump, and the opaque belongs to the caller's handle. */
+    if (strcmp(name, "default_topic_conf") == 0 || strcmp(name, "opaque") == 0)
+        return 0;
+    if (scope == WXG_PRODUCER_ALL)
+        return strcmp(name, "group.id") != 0;
+    static const char *const exact[] = {
+        "bootstrap.servers",     "metadata.broker.list",
+        "security.protocol",     "client.id",
+        "broker.address.family", "message.timeout.ms",
+        "socket.timeout.ms",     "enable.ssl.certificate.verification"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        if (strcmp(name, exact[i]) == 0)
+            return 1;
+    }
+    return strncmp(name, "sasl.", 5) == 0 || strncmp(name, "ssl.", 4) == 0;
+}
+
+/* Appends to `props` the settings of one dump that a producer of `scope` takes over: those that
+ * differ from the defaults dump `defs`. Returns the new count. */
+static size_t props_changed(wxg_producer_scope_t scope, const char **dump, size_t cnt,
+                            const char **defs, size_t dcnt, wxg_kafka_prop_t *props, size_t np)
+{
+    for (size_t i = 0; i + 1 < cnt; i += 2) {
+        if (!wxg__producer_prop_wanted(scope, dump[i]))
+            continue;
+        int is_default = 0;
+        for (size_t k = 0; k + 1 < dcnt; k += 2) {
+            if (strcmp(defs[k], dump[i]) == 0) {
+                is_default = strcmp(defs[k + 1], dump[i + 1]) == 0;
+                break;
+            }
+        }
+        const char *name =
+            strcmp(dump[i], "metadata.broker.list") == 0 ? "bootstrap.servers" : dump[i];
+        if (!is_default)
+            props[np++] = (wxg_kafka_prop_t){name, dump[i + 1]};
+    }
+    return np;
+}
+
+wxg_producer_t *wxg_producer_new_like(const rd_kafka_conf_t *kc, wxg_producer_scope_t scope,
+                                      const wxg_kafka_prop_t *defaults, size_t n_defaults,
+                                      char *errstr, size_t errstr_size)
+{
+    if (!kc || (scope != WXG_PRODUCER_CONNECTION && scope != WXG_PRODUCER_ALL) ||
+        (n_defaults > 0 && !defaults)) {
+        wxg__errf(errstr, errstr_size, "invalid argument");
+        return NULL;
+    }
+    wxg_producer_t *p = NULL;
+    size_t cnt = 0, dcnt = 0, tcnt = 0, tdcnt = 0, np = 0;
+    /* Topic-level settings (message.timeout.ms, compression ...) set through the global
+     * configuration live in its default topic configuration, which the global dump leaves out.
+     * rd_kafka_conf_dump and the getter only read; their prototypes lack the const. */
+    rd_kafka_conf_t *c = (rd_kafka_conf_t *)kc;
+    const char **dump = rd_kafka_conf_dump(c, &cnt);
+    rd_kafka_topic_conf_t *tc = rd_kafka_conf_get_default_topic_conf(c);
+    const char **tdump = tc ? rd_kafka_topic_conf_dump(tc, &tcnt) : NULL;
+    rd_kafka_conf_t *def = rd_kafka_conf_new();
+    rd_kafka_topic_conf_t *tdef = rd_kafka_topic_conf_new();
+    const char **defs = def ? rd_kafka_conf_dump(def, &dcnt) : NULL;
+    const char **tdefs = tdef ? rd_kafka_topic_conf_dump(tdef, &tdcnt) : NULL;
+    wxg_kafka_prop_t *props = calloc(n_defaults + cnt / 2 + tcnt / 2 + 1, sizeof *props);
+    if (!dump || !defs || !tdefs || !props || (tc && !tdump)) {
+        wxg__errf(errstr, errstr_size, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n_defaults; i++)
+        props[np++] = defaults[i];
+    /* Only what the configuration changed from librdkafka's defaults is handed on. */
+    np = props_changed(scope, dump, cnt, defs, dcnt, props, np);
+    if (tdump)
+        np = props_changed(scope, tdump, tcnt, tdefs, tdcnt, props, np);
+    p = wxg_producer_new(props, np, errstr, errstr_size);
+out:
+    free(props);
+    if (tdefs)
+        rd_kafka_conf_dump_free(tdefs, tdcnt);
+    if (defs)
+        rd_kafka_conf_dump_free(defs, dcnt);
+    if (tdef)
+        rd_kafka_topic_conf_destroy(tdef);
+    if (def)
+        rd_kafka_conf_destroy(def);
+    if (tdump)
+        rd_kafka_conf_dump_free(tdump, tcnt);
+    if (dump)
+        rd_kafka_conf_dump_free(dump, cnt);
+    return p;
 }
 
 int wxg_producer_delivery_timeout_ms(const wxg_producer_t *p)

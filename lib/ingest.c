@@ -525,62 +525,6 @@ int wxg_ingest_ready(const wxg_ingest_t *in, char *reason, size_t reason_size)
 
 /* ---- set-up -------------------------------------------------------------------------------- */
 
-/* The kafka.* settings that differ from librdkafka's defaults, i.e. the ones the operator set,
- * as producer properties. The consumer's group.id is left out (a producer only warns about it). */
-static wxg_kafka_prop_t *kafka_props(const wxg_conf_t *conf, const char ***dump_out,
-                                     size_t *dump_cnt, size_t *n_out, char *errstr,
-                                     size_t errstr_size)
-{
-    wxg_kafka_prop_t *props = NULL;
-    rd_kafka_conf_t *def = NULL;
-    const char **ddump = NULL, **dump = NULL;
-    size_t dcnt = 0, cnt = 0, n = 0;
-    rd_kafka_conf_t *kc = wxg_conf_kafka(conf, errstr, errstr_size);
-    if (kc == NULL)
-        return NULL;
-    def = rd_kafka_conf_new();
-    if (def == NULL)
-        goto fail;
-    dump = rd_kafka_conf_dump(kc, &cnt);
-    ddump = rd_kafka_conf_dump(def, &dcnt);
-    props = calloc(cnt / 2 + 1, sizeof *props);
-    if (dump == NULL || ddump == NULL || props == NULL)
-        goto fail;
-    for (size_t i = 0; i + 1 < cnt; i += 2) {
-        int same = 0;
-        for (size_t j = 0; j + 1 < dcnt; j += 2) {
-            if (strcmp(dump[i], ddump[j]) == 0) {
-                same = strcmp(dump[i + 1], ddump[j + 1]) == 0;
-                break;
-            }
-        }
-        /* Callbacks (log_cb, ...) are dumped as pointers and can only be set through their
-         * own functions; the producer installs its own. */
-        size_t nl = strlen(dump[i]);
-        int is_cb = nl > 3 && strcmp(dump[i] + nl - 3, "_cb") == 0;
-        if (!same && !is_cb && strcmp(dump[i], "group.id") != 0)
-            props[n++] = (wxg_kafka_prop_t){dump[i], dump[i + 1]};
-    }
-    rd_kafka_conf_dump_free(ddump, dcnt);
-    rd_kafka_conf_destroy(def);
-    rd_kafka_conf_destroy(kc);
-    *dump_out = dump;
-    *dump_cnt = cnt;
-    *n_out = n;
-    return props;
-fail:
-    wxg__errf(errstr, errstr_size, "out of memory");
-    free(props);
-    if (ddump != NULL)
-        rd_kafka_conf_dump_free(ddump, dcnt);
-    if (dump != NULL)
-        rd_kafka_conf_dump_free(dump, cnt);
-    if (def != NULL)
-        rd_kafka_conf_destroy(def);
-    rd_kafka_conf_destroy(kc);
-    return NULL;
-}
-
 static char *dup_nonempty(const char *s, int *oom)
 {
     if (s == NULL || s[0] == '\0')
@@ -603,9 +547,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
                              size_t errstr_size)
 {
     int oom = 0;
-    const char **dump = NULL;
-    size_t dump_cnt = 0, nprops = 0;
-    wxg_kafka_prop_t *props = NULL, *all = NULL;
+    rd_kafka_conf_t *kc = NULL;
     if (conf == NULL) {
         wxg__errf(errstr, errstr_size, "invalid argument");
         return NULL;
@@ -632,19 +574,16 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     /* The producer: the record must be acknowledged by Kafka within the request's budget, so
      * librdkafka's own message timeout is the budget too (the operator may still override it):
      * a record that missed its answer does not linger and land long after the 503. */
-    props = kafka_props(conf, &dump, &dump_cnt, &nprops, errstr, errstr_size);
-    if (props == NULL)
+    kc = wxg_conf_kafka(conf, errstr, errstr_size);
+    if (kc == NULL)
         goto fail;
-    all = calloc(nprops + 1, sizeof *all);
-    if (all == NULL) {
-        wxg__errf(errstr, errstr_size, "out of memory");
-        goto fail;
-    }
     char tmo[24];
     snprintf(tmo, sizeof tmo, "%d", in->budget_ms);
-    all[0] = (wxg_kafka_prop_t){"message.timeout.ms", tmo};
-    memcpy(all + 1, props, nprops * sizeof *props);
-    in->producer = wxg_producer_new(all, nprops + 1, errstr, errstr_size);
+    const wxg_kafka_prop_t budget = {"message.timeout.ms", tmo};
+    /* Every kafka.* setting is the producer's here: this program consumes nothing. */
+    in->producer = wxg_producer_new_like(kc, WXG_PRODUCER_ALL, &budget, 1, errstr, errstr_size);
+    rd_kafka_conf_destroy(kc);
+    kc = NULL;
     if (in->producer == NULL)
         goto fail;
 
@@ -672,9 +611,6 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     in->httpd = wxg_httpd_start_opts(&ho, errstr, errstr_size);
     if (in->httpd == NULL)
         goto fail;
-    free(all);
-    free(props);
-    rd_kafka_conf_dump_free(dump, dump_cnt);
     wxg_log(WXG_LOG_INFO, "ingest_started", WXG_LS("listen", ho.listen),
             WXG_LI("port", wxg_httpd_port(in->httpd)), WXG_LS("topic", in->topic),
             WXG_LI("budget_ms", in->budget_ms), WXG_LU("max_body", in->max_body),
@@ -682,10 +618,6 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
             WXG_LB("hmac", in->hmac_secret != NULL));
     return in;
 fail:
-    free(all);
-    free(props);
-    if (dump != NULL)
-        rd_kafka_conf_dump_free(dump, dump_cnt);
     wxg_ingest_destroy(in);
     return NULL;
 }

@@ -27,7 +27,12 @@ static const struct {
      "`kafka.*` or `plugin.*` key whose name contains password, passphrase, secret, token, "
      "credential, dsn, api.key or private.key are secrets. "
      "`kafka.enable.auto.offset.store` cannot be set: wxguard stores only the finished watermark "
-     "itself. The keys below are the ones wxguard itself reads or requires."},
+     "itself. wxguard-ingest hands every setting it changes from librdkafka's defaults to its "
+     "producer; the dead-letter producer of wxguard-consumer and the one of `wxguardctl redrive` "
+     "take only the connection settings (`bootstrap.servers`, `security.protocol`, `sasl.*`, "
+     "`ssl.*`, `client.id`, `broker.address.family`, `socket.timeout.ms`, `message.timeout.ms`, "
+     "`enable.ssl.certificate.verification`): the rest configures the consumer. The keys below "
+     "are the ones wxguard itself reads or requires."},
     {"consumer.", "Consumer", NULL},
     {"dlq.", "Dead-letter topic", NULL},
     {"redis.", "Redis", NULL},

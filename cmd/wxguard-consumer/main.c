@@ -33,7 +33,6 @@
 #include "wxguard/metrics.h"
 #include "wxguard/plugin_registry.h"
 
-#include "producer.h"
 #include "progstart.h"
 
 #define EXIT_FATAL   1
@@ -172,7 +171,9 @@ int main(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    producer = prog_producer(kconf, err, sizeof err);
+    /* The dead-letter producer takes the connection settings only: the rest of kafka.*
+     * configures the consumer. */
+    producer = wxg_producer_new_like(kconf, WXG_PRODUCER_CONNECTION, NULL, 0, err, sizeof err);
     if (!producer) {
         rd_kafka_conf_destroy(kconf);
         wxg_log(WXG_LOG_ERROR, "producer_failed", WXG_LS("reason", err));

@@ -30,7 +30,6 @@
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
-#include "producer.h"
 
 #define REDRIVE_HDR_SOURCE "wxg-redrive-source"
 
@@ -152,7 +151,8 @@ static wxg_producer_t *make_producer(const wxg_conf_t *conf, char *err, size_t e
     rd_kafka_conf_t *kc = wxg_conf_kafka(conf, err, errsz);
     if (!kc)
         return NULL;
-    wxg_producer_t *p = prog_producer(kc, err, errsz);
+    /* The connection settings only: the rest of kafka.* configures the consumer. */
+    wxg_producer_t *p = wxg_producer_new_like(kc, WXG_PRODUCER_CONNECTION, NULL, 0, err, errsz);
     rd_kafka_conf_destroy(kc);
     return p;
 }

@@ -73,6 +73,31 @@ typedef struct wxg_delivery {
 WXG_EXPORT wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *errstr,
                                             size_t errstr_size);
 
+struct rd_kafka_conf_s;
+
+/* Which settings of a librdkafka configuration a producer takes over (wxg_producer_new_like). */
+typedef enum wxg_producer_scope {
+    /* Where the brokers are and how to reach them: bootstrap.servers, security.protocol, sasl.*,
+     * ssl.*, client.id, broker.address.family, socket and message timeouts. For a producer
+     * beside a consumer (the dead-letter writer, the admin tool's redrive), whose group, fetch
+     * and offset settings are the consumer's alone. */
+    WXG_PRODUCER_CONNECTION = 1,
+    /* Every setting but callbacks and group.id: for a program whose kafka.* settings all belong
+     * to its producer (wxguard-ingest: linger.ms, compression, batch sizes ...). */
+    WXG_PRODUCER_ALL = 2
+} wxg_producer_scope_t;
+
+/* Creates a producer (as wxg_producer_new) from the settings of `kc` that differ from
+ * librdkafka's defaults, limited to `scope`; `defaults` (n_defaults entries, may be NULL when 0)
+ * come first, so a setting of `kc` overrides them. librdkafka dumps bootstrap.servers under its
+ * older name metadata.broker.list; it is handed on as bootstrap.servers. `kc` is only read and
+ * stays the caller's. NULL with errstr on failure. Main thread. */
+WXG_EXPORT wxg_producer_t *wxg_producer_new_like(const struct rd_kafka_conf_s *kc,
+                                                 wxg_producer_scope_t scope,
+                                                 const wxg_kafka_prop_t *defaults,
+                                                 size_t n_defaults, char *errstr,
+                                                 size_t errstr_size);
+
 /* Produces one record and waits for its delivery report, at most the delivery timeout plus
  * WXG_PRODUCER_REPORT_GRACE_MS. topic is required; partition is WXG_PARTITION_ANY or a
  * partition number; key/value may be NULL with length 0; headers may be NULL when

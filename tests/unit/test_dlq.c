@@ -11,6 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <librdkafka/rdkafka.h>
+
+#include "dlq_int.h"
 #include "testenv.h"
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
@@ -73,6 +76,66 @@ static void producer_reports_its_delivery_timeout(void **state)
     assert_non_null(p);
     assert_int_equal(wxg_producer_delivery_timeout_ms(p), 1234);
     wxg_producer_destroy(p, 0);
+}
+
+static void a_producer_beside_a_consumer_takes_only_the_connection_settings(void **state)
+{
+    (void)state;
+    static const char *const taken[] = {
+        "bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.mechanisms",
+        "sasl.username",     "ssl.ca.location",      "client.id",         "message.timeout.ms"};
+    static const char *const left[] = {"group.id",          "fetch.wait.max.ms",
+                                       "auto.offset.reset", "session.timeout.ms",
+                                       "linger.ms",         "log_cb"};
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        assert_true(wxg__producer_prop_wanted(WXG_PRODUCER_CONNECTION, taken[i]));
+        assert_true(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, taken[i]));
+    }
+    for (size_t i = 0; i < sizeof left / sizeof left[0]; i++)
+        assert_false(wxg__producer_prop_wanted(WXG_PRODUCER_CONNECTION, left[i]));
+    /* A producer-only program hands on everything but callbacks and the group. */
+    assert_true(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "linger.ms"));
+    assert_true(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "compression.codec"));
+    assert_false(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "group.id"));
+    assert_false(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "log_cb"));
+    assert_false(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "error_cb"));
+    assert_false(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "default_topic_conf"));
+    assert_false(wxg__producer_prop_wanted(WXG_PRODUCER_ALL, "opaque"));
+}
+
+static void a_producer_like_a_configuration_takes_its_changed_settings_over_defaults(void **state)
+{
+    (void)state;
+    char err[512];
+    rd_kafka_conf_t *kc = rd_kafka_conf_new();
+    assert_int_equal(rd_kafka_conf_set(kc, "bootstrap.servers", closed_bootstrap, err, sizeof err),
+                     RD_KAFKA_CONF_OK);
+    const wxg_kafka_prop_t dflt = {"message.timeout.ms", "777"};
+    /* Not set in the configuration: the caller's default applies. */
+    wxg_producer_t *p =
+        wxg_producer_new_like(kc, WXG_PRODUCER_CONNECTION, &dflt, 1, err, sizeof err);
+    assert_non_null(p);
+    assert_int_equal(wxg_producer_delivery_timeout_ms(p), 777);
+    wxg_producer_destroy(p, 0);
+    /* Set in the configuration: it wins over the default, in both scopes. */
+    assert_int_equal(rd_kafka_conf_set(kc, "message.timeout.ms", "1234", err, sizeof err),
+                     RD_KAFKA_CONF_OK);
+    assert_int_equal(rd_kafka_conf_set(kc, "fetch.wait.max.ms", "100", err, sizeof err),
+                     RD_KAFKA_CONF_OK);
+    for (int scope = WXG_PRODUCER_CONNECTION; scope <= WXG_PRODUCER_ALL; scope++) {
+        p = wxg_producer_new_like(kc, (wxg_producer_scope_t)scope, &dflt, 1, err, sizeof err);
+        if (!p)
+            fail_msg("scope %d: %s", scope, err);
+        assert_int_equal(wxg_producer_delivery_timeout_ms(p), 1234);
+        wxg_producer_destroy(p, 0);
+    }
+    /* A setting that weakens delivery is refused as by wxg_producer_new. */
+    assert_int_equal(rd_kafka_conf_set(kc, "acks", "1", err, sizeof err), RD_KAFKA_CONF_OK);
+    assert_null(wxg_producer_new_like(kc, WXG_PRODUCER_ALL, NULL, 0, err, sizeof err));
+    assert_non_null(strstr(err, "acks"));
+    assert_null(wxg_producer_new_like(NULL, WXG_PRODUCER_ALL, NULL, 0, err, sizeof err));
+    assert_null(wxg_producer_new_like(kc, WXG_PRODUCER_ALL, NULL, 1, err, sizeof err));
+    rd_kafka_conf_destroy(kc);
 }
 
 static void bad_arguments_are_refused_before_anything_is_sent(void **state)
@@ -181,6 +244,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(producer_refuses_settings_that_weaken_delivery),
         cmocka_unit_test(producer_reports_its_delivery_timeout),
+        cmocka_unit_test(a_producer_beside_a_consumer_takes_only_the_connection_settings),
+        cmocka_unit_test(a_producer_like_a_configuration_takes_its_changed_settings_over_defaults),
         cmocka_unit_test(bad_arguments_are_refused_before_anything_is_sent),
         cmocka_unit_test(a_write_to_an_unreachable_cluster_is_an_error_never_success),
         cmocka_unit_test(a_bounded_send_gives_up_at_its_bound_and_no_broker_is_up),
