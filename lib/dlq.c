@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/prctl.h>
 
 #include "dlq_int.h"
 #include "err_int.h"
@@ -183,6 +184,7 @@ int wxg_producer_brokers_up(const wxg_producer_t *p)
 static void *poll_main(void *arg)
 {
     wxg_producer_t *p = arg;
+    prctl(PR_SET_NAME, "wxg-delivery", 0, 0, 0);
     while (!atomic_load(&p->stop))
         rd_kafka_poll(p->rk, 100);
     return NULL;

@@ -46,7 +46,6 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -55,6 +54,9 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
+
+#include "wxguard/key.h"
 
 enum {
     S_CLAIM,
@@ -97,7 +99,7 @@ struct wxg_guard_s {
 
 static int near_ns(wxg_guard_t *g);
 static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out);
+                       wxg_guard_claim_t *out, const unsigned char (*fps)[32]);
 
 /* ---------------------------------------------------------------------------------------------
  * Small helpers
@@ -286,10 +288,8 @@ int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
 
 int wxg__guard_fingerprint(const void *key, size_t len, unsigned char fp[32])
 {
-    unsigned int outlen = 0;
-    if (EVP_Digest(key, len, fp, &outlen, EVP_sha256(), NULL) != 1 || outlen != 32)
-        return WXG_ENOMEM;
-    return 0;
+    /* The key module's SHA-256 reuses one fetched implementation (see wxg_sha256). */
+    return wxg_sha256(key, len, fp);
 }
 
 static uint64_t fp_bits(const unsigned char fp[32], int from, int count)
@@ -891,6 +891,7 @@ int wxg_guard_describe_layout(const wxg_guard_t *g, char *buf, size_t size)
 
 typedef struct item {
     wxg__guard_keys_t k;
+    unsigned char fp[32]; /* SHA-256 of the idempotency key */
     const char *arg[ITEM_ARGS];
     size_t len[ITEM_ARGS];
     const char *blob; /* packed batches: the message's one script argument (batch.blobs) */
@@ -967,15 +968,21 @@ static void batch_hdr_num(batch *b, long long v)
 }
 
 /* Computes names for item i from its key. */
-static int item_keys(wxg_guard_t *g, item *it, const char *key, size_t key_len)
+/* fp: the key's fingerprint when the caller already has it (the near cache hashed the key),
+ * else NULL. */
+static int item_keys(wxg_guard_t *g, item *it, const char *key, size_t key_len,
+                     const unsigned char *fp)
 {
-    unsigned char fp[32];
     if (!key || key_len == 0)
         return WXG_EINVAL;
-    int rc = wxg__guard_fingerprint(key, key_len, fp);
-    if (rc)
-        return rc;
-    return wxg__guard_keys_build(g->prefix, &g->geom, fp, &it->k);
+    if (fp) {
+        memcpy(it->fp, fp, sizeof it->fp);
+    } else {
+        int rc = wxg__guard_fingerprint(key, key_len, it->fp);
+        if (rc)
+            return rc;
+    }
+    return wxg__guard_keys_build(g->prefix, &g->geom, it->fp, &it->k);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -1246,7 +1253,7 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
     item *it = &b->items[i];
     if (!ticket_valid(t))
         return WXG_EINVAL;
-    int rc = item_keys(g, it, t->key, t->key_len);
+    int rc = item_keys(g, it, t->key, t->key_len, NULL);
     if (rc)
         return rc;
     /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
@@ -1419,16 +1426,11 @@ void wxg_guard_claim_clear(wxg_guard_claim_t *c)
 /* The cache key of `key`: the first 16 bytes of its fingerprint, mixed with this handle's
  * server/database/prefix identity so that handles of different deployments never see each
  * other's entries in a shared cache. */
-static int near_fp(const wxg_guard_t *g, const char *key, size_t key_len,
-                   unsigned char out[WXG_DONECACHE_FP_LEN])
+static void near_fp(const wxg_guard_t *g, const unsigned char fp[32],
+                    unsigned char out[WXG_DONECACHE_FP_LEN])
 {
-    unsigned char fp[32];
-    int rc = wxg__guard_fingerprint(key, key_len, fp);
-    if (rc)
-        return rc;
     for (size_t i = 0; i < WXG_DONECACHE_FP_LEN; i++)
         out[i] = fp[i] ^ g->cache_ns[i];
-    return 0;
 }
 
 static int near_ns(wxg_guard_t *g)
@@ -1451,12 +1453,23 @@ static int near_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg
 {
     int64_t now = mono_ms();
     size_t hits = 0, mismatches = 0;
+    /* Each key is hashed once: the fingerprints go on to the Redis path with the misses. */
+    unsigned char(*fps)[32] = malloc(n * sizeof *fps);
+    if (!fps)
+        return WXG_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        unsigned char fp[WXG_DONECACHE_FP_LEN];
+        unsigned char nfp[WXG_DONECACHE_FP_LEN];
         int tag = 0;
-        /* A key that cannot be hashed goes to the Redis path, which reports it. */
-        if (near_fp(g, msgs[i].key, msgs[i].key_len, fp) != 0 ||
-            !wxg_donecache_lookup(g->conf.done_cache, fp, now, &tag))
+        memset(fps[i], 0, sizeof fps[i]);
+        /* A key that cannot be used goes to the Redis path, which reports it. */
+        if (!msgs[i].key || msgs[i].key_len == 0)
+            continue;
+        if (wxg__guard_fingerprint(msgs[i].key, msgs[i].key_len, fps[i]) != 0) {
+            free(fps);
+            return WXG_ENOMEM;
+        }
+        near_fp(g, fps[i], nfp);
+        if (!wxg_donecache_lookup(g->conf.done_cache, nfp, now, &tag))
             continue;
         out[i].outcome = WXG_GUARD_DUPLICATE;
         out[i].cached = 1;
@@ -1464,8 +1477,11 @@ static int near_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg
         mismatches += (size_t)out[i].payload_mismatch;
         hits++;
     }
-    if (hits == 0)
-        return claim_redis(g, msgs, n, out);
+    if (hits == 0) {
+        int rc0 = claim_redis(g, msgs, n, out, (const unsigned char(*)[32])fps);
+        free(fps);
+        return rc0;
+    }
     int rc = 0;
     size_t m = n - hits;
     wxg_guard_msg_t *sub = NULL;
@@ -1482,10 +1498,13 @@ static int near_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg
         for (size_t i = 0, k = 0; i < n; i++) {
             if (!out[i].cached) {
                 sub[k] = msgs[i];
+                /* The misses' fingerprints, packed to the front in the same order. */
+                if (k != i)
+                    memcpy(fps[k], fps[i], sizeof fps[k]);
                 idx[k++] = i;
             }
         }
-        rc = claim_redis(g, sub, m, subout);
+        rc = claim_redis(g, sub, m, subout, (const unsigned char(*)[32])fps);
         if (rc)
             goto out;
         for (size_t k = 0; k < m; k++)
@@ -1495,6 +1514,7 @@ static int near_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg
     g->stats.local_duplicates += hits;
     g->stats.payload_mismatches += mismatches;
 out:
+    free(fps);
     free(sub);
     free(subout);
     free(idx);
@@ -1518,22 +1538,22 @@ static void ticket_tags(const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t
  * would not. ALREADY_DONE is not remembered: the marker was written at an unknown earlier time
  * and may expire at any moment. */
 static void near_remember(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, const int *results,
-                          int64_t sent_ms)
+                          const unsigned char (*fps)[32], int64_t sent_ms)
 {
     int64_t now = mono_ms();
     int64_t expires = sent_ms + g->geom.retention_ms;
     for (size_t i = 0; i < n; i++) {
-        unsigned char fp[WXG_DONECACHE_FP_LEN];
-        if (results[i] != WXG_GUARD_OK || !t[i].payload_tag_set ||
-            near_fp(g, t[i].key, t[i].key_len, fp) != 0)
+        unsigned char nfp[WXG_DONECACHE_FP_LEN];
+        if (results[i] != WXG_GUARD_OK || !t[i].payload_tag_set)
             continue;
-        wxg_donecache_insert(g->conf.done_cache, fp, t[i].payload_tag, expires, now);
+        near_fp(g, fps[i], nfp);
+        wxg_donecache_insert(g->conf.done_cache, nfp, t[i].payload_tag, expires, now);
     }
 }
 
 /* The Redis path of a claim (out[] is cleared by the caller). */
 static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out)
+                       wxg_guard_claim_t *out, const unsigned char (*fps)[32])
 {
     batch b;
     char *kp;
@@ -1569,7 +1589,7 @@ static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
     kp = b.blobs;
     for (size_t i = 0; i < n; i++) {
         item *it = &b.items[i];
-        rc = item_keys(g, it, msgs[i].key, msgs[i].key_len);
+        rc = item_keys(g, it, msgs[i].key, msgs[i].key_len, fps ? fps[i] : NULL);
         if (rc)
             goto out;
         hex_encode(rnd + 16 * i, 16, it->owner);
@@ -1648,7 +1668,7 @@ int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
     else if (g->conf.done_cache)
         rc = near_claim(g, msgs, n, out);
     else
-        rc = claim_redis(g, msgs, n, out);
+        rc = claim_redis(g, msgs, n, out, NULL);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             wxg_guard_claim_clear(&out[i]);
@@ -1769,7 +1789,9 @@ int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t, const cha
 }
 
 /* The Redis path of a complete. */
-static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+/* fps (n entries, may be NULL): receives each ticket's key fingerprint, for the near cache. */
+static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results,
+                          unsigned char (*fps)[32])
 {
     batch b;
     int rc = batch_init(g, &b, S_COMPLETE, n, 0);
@@ -1788,6 +1810,8 @@ static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
         if (rc)
             break;
         item *it = &b.items[i];
+        if (fps)
+            memcpy(fps[i], it->fp, sizeof fps[i]);
         char *kp = b.blobs + i * COMPLETE_BLOB_MAX;
         char *p = blob_names(kp, &it->k, 3);
         memcpy(p, it->arg[0], it->len[0]);
@@ -1811,9 +1835,16 @@ int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t
     /* Taken before the call: the marker is written after this instant (server time), so an
      * expiry counted from here never outlasts it (near_remember). */
     int64_t sent_ms = mono_ms();
-    int rc = complete_redis(g, t, n, results);
-    if (rc == 0 && g->conf.done_cache)
-        near_remember(g, t, n, results, sent_ms);
+    unsigned char(*fps)[32] = NULL;
+    if (g->conf.done_cache) {
+        fps = malloc(n * sizeof *fps);
+        if (!fps)
+            return WXG_ENOMEM;
+    }
+    int rc = complete_redis(g, t, n, results, fps);
+    if (rc == 0 && fps)
+        near_remember(g, t, n, results, (const unsigned char(*)[32])fps, sent_ms);
+    free(fps);
     return rc;
 }
 
@@ -1915,7 +1946,7 @@ static int admin_batch(wxg_guard_t *g, batch *b, int script, const char *key, si
     int rc = batch_init(g, b, script, 1, 0);
     if (rc)
         return rc;
-    return item_keys(g, &b->items[0], key, key_len);
+    return item_keys(g, &b->items[0], key, key_len, NULL);
 }
 
 /* Fills `rec` from the flat name/value list `f` of an in-flight record (lib/lua/_record.lua's
@@ -2375,6 +2406,7 @@ static size_t watchdog_collect(wxg_guard_watchdog_t *wd, struct wxg_guard_watch_
 static void *watchdog_main(void *arg)
 {
     wxg_guard_watchdog_t *wd = arg;
+    prctl(PR_SET_NAME, "wxg-watchdog", 0, 0, 0);
     size_t cap = (size_t)wd->g->conf.batch_max * 4;
     struct wxg_guard_watch_s **due = calloc(cap, sizeof *due);
     wxg_guard_ticket_t *t = calloc(cap, sizeof *t);

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/prctl.h>
 
 #include "wxguard/err.h"
 
@@ -394,6 +395,10 @@ static void *worker_main(void *arg)
     wxg_pool_t *p = w->pool;
     void *wstate = NULL;
     char err[256] = "";
+    /* A name per thread, so that `top -H` and debuggers show which thread is busy. */
+    char name[16];
+    snprintf(name, sizeof name, "wxg-worker-%u", w->index);
+    prctl(PR_SET_NAME, name, 0, 0, 0);
     int rc =
         p->ops.thread_init ? p->ops.thread_init(p->opaque, w->index, &wstate, err, sizeof err) : 0;
     pthread_mutex_lock(&p->mu);

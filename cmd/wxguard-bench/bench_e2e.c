@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 
 #include "bench.h"
 #include "wxguard/consumer.h"
@@ -123,6 +124,7 @@ static double plain_rate(const e2e_opts *o, const char *topic, uint64_t n)
 
 static void *run_consumer(void *arg)
 {
+    prctl(PR_SET_NAME, "wxg-poll", 0, 0, 0);
     wxg_consumer_run(arg);
     return NULL;
 }
