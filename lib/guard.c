@@ -15,7 +15,8 @@
  * so that the common transitions are single SET / GETDEL calls. On complete the record is taken
  * out and the message becomes a fixed-width fingerprint field in a small hash bucket selected by
  * time bucket + fingerprint bits; buckets expire whole after the retention. Redis CPU per message
- * is counted in redis.call()s, so the layout is built to need few: docs/guard.md §9.
+ * is counted in redis.call()s and in the Lua strings a script makes, so the layout needs few
+ * calls and claim and complete send one packed argument per message: docs/guard.md §9.
  *
  * Threads: a wxg_guard_t is used by one thread at a time and has no lock. The watchdog runs one
  * thread with its own wxg_guard_t; its registration list is guarded by one mutex, never held
