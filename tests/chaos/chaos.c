@@ -224,6 +224,19 @@ int chaos_effects_of(chaos_t *c, size_t i)
     return k;
 }
 
+void chaos_effect_counts(chaos_t *c, int *counts)
+{
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(&c->t, &eff, NULL);
+    uint64_t base = c->msgs[0].id;
+    memset(counts, 0, c->nmsgs * sizeof *counts);
+    for (size_t j = 0; j < n; j++) {
+        if (eff[j].id >= base && eff[j].id - base < c->nmsgs)
+            counts[eff[j].id - base]++;
+    }
+    free(eff);
+}
+
 void chaos_check_exactly_once(chaos_t *c, size_t upto)
 {
     wxg_ct_effect_t *eff;
