@@ -40,8 +40,8 @@ local nb = #sfx
 local exp_s = string.format('%d', now + ttl)
 local lease_s = string.format('%d', now + lease)
 local now_s = string.format('%d', now)
--- A new record is the client's head 'P|owner|1|tag', then this tail: attempt 1, expiry, lease, claimed, no
--- failure, no reason, never rearmed; then the client's 'klen|key' and no plugins.
+-- A new record is the client's head 'P|owner|1|tag', then this tail: attempt 1, expiry, lease,
+-- claimed, no failure, no reason, never rearmed; then the client's 'klen|key' and no plugins.
 local tail = '|1|' .. exp_s .. '|' .. lease_s .. '|' .. now_s .. '|0|0|0|0|'
 local out = {}
 for i = 1, #ARGV - 4 do

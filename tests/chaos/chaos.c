@@ -213,17 +213,6 @@ void chaos_wait_log(chaos_t *c, int idx, const char *needle, int count, int64_t 
     }
 }
 
-int chaos_effects_of(chaos_t *c, size_t i)
-{
-    wxg_ct_effect_t *eff;
-    size_t n = wxg_ct_read_ledger(&c->t, &eff, NULL);
-    int k = 0;
-    for (size_t j = 0; j < n; j++)
-        k += eff[j].id == c->msgs[i].id;
-    free(eff);
-    return k;
-}
-
 void chaos_effect_counts(chaos_t *c, int *counts)
 {
     wxg_ct_effect_t *eff;

@@ -69,10 +69,6 @@ void chaos_wait_all_committed(chaos_t *c, int64_t timeout_ms);
  * ledger has no line for any other message. */
 void chaos_check_exactly_once(chaos_t *c, size_t upto);
 
-/* How many ledger lines message `i` of the plan has now. Each call reads and parses the whole
- * ledger: to look at many messages at one moment use chaos_effect_counts(). */
-int chaos_effects_of(chaos_t *c, size_t i);
-
 /* Fills counts[i] (c->nmsgs entries) with how many ledger lines message i of the plan has, from
  * one read of the ledger, so that all counts describe the same moment. Reading it once per
  * message instead takes seconds for a few hundred messages in a sanitizer build, long enough
