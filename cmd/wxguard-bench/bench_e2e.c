@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include "bench.h"
 #include "wxguard/consumer.h"
@@ -56,6 +57,7 @@ typedef struct e2e_opts {
     int no_done_cache;
     int fresh_buckets; /* the guard's default geometry: nearly every marker opens a bucket */
     const char *plot;
+    long broker_pid; /* the Kafka broker's process, for its CPU column; 0: not shown */
 } e2e_opts;
 
 static void e2e_usage(FILE *f)
@@ -81,7 +83,9 @@ static void e2e_usage(FILE *f)
                "                      bucket); by default the buckets are sized so that this\n"
                "                      run's messages fill them as a time bucket is filled in\n"
                "                      steady state\n"
-               "  --plot FILE         write 'workers wxguard-msg/s naive-msg/s' lines to FILE\n");
+               "  --plot FILE         write 'workers wxguard-msg/s naive-msg/s' lines to FILE\n"
+               "  --broker-pid PID    the local Kafka broker's process id: adds the CPU it spent\n"
+               "                      per message while the consumer ran\n");
 }
 
 /* Reads every record with a plain consumer; returns messages/s from first to last record. */
@@ -131,6 +135,7 @@ static void *run_consumer(void *arg)
 
 typedef struct e2e_row {
     double rate, plain, p50_ms, p99_ms, rt_per_msg, batch, cmds_per_msg, cpu_us_per_msg;
+    double replica_us_per_msg, broker_us_per_msg; /* broker: -1 when not measured */
     double cache_hits_per_msg;
     int ok;
 } e2e_row;
@@ -150,6 +155,41 @@ static redisContext *admin_connect(const e2e_opts *o)
 
 /* One consumer run over `topic` (naive: on the naive guard). With light_rate, the records are
  * produced while it runs; otherwise they are already in the topic. */
+/* CPU seconds this process has used, all threads. While consume() waits, the consumer is the
+ * only thing running in it (the sampling loop sleeps 5 ms between looks), so the difference
+ * over a run is the replica's CPU. */
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds (user + system) of another process from /proc/PID/stat; -1 when unreadable. */
+static double proc_cpu_s(long pid)
+{
+    if (pid <= 0)
+        return -1;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces: fields are counted after its ')'. */
+    char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? (double)(ut + st) / (double)hz : -1;
+}
+
 static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, int workers,
                        int naive, uint64_t batch, uint64_t light_rate, const wxgb_rec_t *recs)
 {
@@ -212,6 +252,7 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         goto out;
     }
     double cpu0 = wxgb_redis_cpu_s(admin), calls0 = wxgb_data_calls(admin);
+    double self0 = self_cpu_s(), broker0 = proc_cpu_s(o->broker_pid);
     pthread_t th;
     pthread_create(&th, NULL, run_consumer, c);
     int64_t t0 = 0, t1 = 0, deadline = wxgb_now_us() + 300000000;
@@ -254,6 +295,7 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     }
     wxg_consumer_stats(c, &st); /* before the pool goes away with the shutdown */
     double cpu1 = wxgb_redis_cpu_s(admin), calls1 = wxgb_data_calls(admin);
+    double self1 = self_cpu_s(), broker1 = proc_cpu_s(o->broker_pid);
     wxg_consumer_stop(c);
     pthread_join(th, NULL);
     wxg_consumer_destroy(c);
@@ -267,6 +309,9 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         row.batch = st.batches ? (double)st.batched_jobs / (double)st.batches : 0;
         row.cpu_us_per_msg = (cpu1 - cpu0) * 1e6 / (double)o->messages;
         row.cmds_per_msg = (calls1 - calls0) / (double)o->messages;
+        row.replica_us_per_msg = (self1 - self0) * 1e6 / (double)o->messages;
+        row.broker_us_per_msg =
+            broker0 >= 0 && broker1 >= 0 ? (broker1 - broker0) * 1e6 / (double)o->messages : -1;
         row.cache_hits_per_msg = (double)st.done_cache_hits / (double)o->messages;
     }
 out:
@@ -306,12 +351,17 @@ static int prepare(const e2e_opts *o, int run, uint64_t light_rate, char *topic,
 static void print_row(const char *design, int workers, const e2e_row *r, double plain)
 {
     if (!r->ok) {
-        printf("| %s | %d | failed | | | | | | | | | |\n", design, workers);
+        printf("| %s | %d | failed | | | | | | | | | | | |\n", design, workers);
         return;
     }
-    printf("| %s | %d | %.0f | %.0f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %.1f | %.3f |\n",
+    char broker[32] = "-";
+    if (r->broker_us_per_msg >= 0)
+        snprintf(broker, sizeof broker, "%.2f", r->broker_us_per_msg);
+    printf("| %s | %d | %.0f | %.0f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %s | %.1f | "
+           "%.3f |\n",
            design, workers, r->rate, plain, plain > 0 ? r->rate / plain : 0, r->p50_ms, r->p99_ms,
-           r->rt_per_msg, r->cmds_per_msg, r->cpu_us_per_msg, r->batch, r->cache_hits_per_msg);
+           r->rt_per_msg, r->cmds_per_msg, r->cpu_us_per_msg, r->replica_us_per_msg, broker,
+           r->batch, r->cache_hits_per_msg);
     fflush(stdout);
 }
 
@@ -384,6 +434,7 @@ int wxgb_e2e_main(int argc, char **argv)
                                        {"no-done-cache", no_argument, NULL, 'C'},
                                        {"fresh-buckets", no_argument, NULL, 'F'},
                                        {"plot", required_argument, NULL, 'G'},
+                                       {"broker-pid", required_argument, NULL, 'K'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch;
@@ -448,6 +499,11 @@ int wxgb_e2e_main(int argc, char **argv)
         case 'G':
             o.plot = optarg;
             break;
+        case 'K':
+            if (wxgb_parse_u64(optarg, &v) || v == 0 || v > 4194304)
+                goto usage;
+            o.broker_pid = (long)v;
+            break;
         case 'h':
             e2e_usage(stdout);
             return 0;
@@ -466,9 +522,9 @@ int wxgb_e2e_main(int argc, char **argv)
            o.no_done_cache ? "off" : "on",
            o.fresh_buckets ? "fresh (default geometry)" : "steady-state density");
     printf("| design | workers | msg/s | plain librdkafka msg/s | ratio | p50 ms | p99 ms | Redis "
-           "round trips/msg | Redis commands/msg | Redis CPU us/msg | mean batch | near-cache "
-           "hits/msg |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "round trips/msg | Redis commands/msg | Redis CPU us/msg | replica CPU us/msg | "
+           "broker CPU us/msg | mean batch | near-cache hits/msg |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     FILE *plot = o.plot ? fopen(o.plot, "w") : NULL;
     if (o.plot && !plot) {
         fprintf(stderr, "e2e: cannot write %s\n", o.plot);
