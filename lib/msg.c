@@ -59,9 +59,23 @@ typedef struct chunk {
 
 typedef struct arena {
     chunk *head;
+    size_t first; /* capacity of the first chunk; 0: ARENA_CHUNK */
 } arena;
 
 #define ARENA_CHUNK 65536
+
+/* The first chunk of an arena is sized from the record (arena_size_for) rather than taken at
+ * ARENA_CHUNK: a consumer decodes one record of a few hundred bytes at a time, and two 64 KiB
+ * blocks per record, allocated by the poll thread and freed by a worker, kept glibc growing and
+ * trimming its heap (an mprotect and fresh page faults every few records). Later chunks, for
+ * the records that outgrow the estimate, are ARENA_CHUNK as before. */
+static size_t arena_size_for(size_t len)
+{
+    if (len > ARENA_CHUNK / 4)
+        return ARENA_CHUNK;
+    size_t n = 4 * len + 1024;
+    return (n + 1023) & ~(size_t)1023;
+}
 
 static void *arena_alloc(arena *a, size_t n)
 {
@@ -72,7 +86,8 @@ static void *arena_alloc(arena *a, size_t n)
         n = 16;
     chunk *c = a->head;
     if (c == NULL || c->cap - c->used < n) {
-        size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        size_t want = c == NULL && a->first ? a->first : ARENA_CHUNK;
+        size_t cap = n > want ? n : want;
         c = malloc(sizeof(chunk) + cap);
         if (c == NULL)
             return NULL;
@@ -1684,6 +1699,8 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
     wxg_batch_t *b = calloc(1, sizeof *b);
     if (b == NULL)
         return nomem(&d);
+    b->a.first = arena_size_for(len);
+    d.scratch.first = arena_size_for(len);
     d.keep = &b->a;
     char *rec = arena_alloc(&b->a, len + 1);
     if (rec == NULL) {
