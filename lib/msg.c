@@ -67,8 +67,8 @@ typedef struct arena {
 /* The first chunk of an arena is sized from the record (arena_size_for) rather than taken at
  * ARENA_CHUNK: a consumer decodes one record of a few hundred bytes at a time, and two 64 KiB
  * blocks per record, allocated by the poll thread and freed by a worker, kept glibc growing and
- * trimming its heap (an mprotect and fresh page faults every few records). Later chunks, for
- * the records that outgrow the estimate, are ARENA_CHUNK as before. */
+ * shrinking its heap, touching fresh pages (bench/e2e.md, runs G and H). Later chunks, for the
+ * records that outgrow the estimate, are ARENA_CHUNK as before. */
 static size_t arena_size_for(size_t len)
 {
     if (len > ARENA_CHUNK / 4)
