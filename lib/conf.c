@@ -242,6 +242,19 @@ static const wxg_conf_keydef_t keys[] = {
          "Token configured for the Official Account's server URL: the signature of every request "
          "to /v1/callback/oa is checked against it (401 when wrong). Empty turns the Official "
          "Account endpoint off (404)."),
+    KSTR("ingest.oa.aes.key", "", 0, 43, I_, WXG_CONF_SECRET,
+         "EncodingAESKey of the Official Account (43 characters), for pushes in safe or "
+         "compatible mode (encrypt_type=aes): their msg_signature is checked (401 when wrong), "
+         "Encrypt is decrypted and the plaintext push is what gets stored. Empty: such pushes are "
+         "refused with 400 in safe mode and read from their plaintext fields in compatible mode. "
+         "Requires ingest.oa.token and ingest.oa.appid."),
+    KSTR("ingest.oa.aes.key.previous", "", 0, 43, I_, WXG_CONF_SECRET,
+         "The EncodingAESKey before the last change, tried when a push does not decrypt with "
+         "ingest.oa.aes.key, so that pushes sealed just before a key change are not lost. Empty "
+         "once every push in flight has arrived."),
+    KSTR("ingest.oa.appid", "", 0, 64, I_, 0,
+         "AppId of the Official Account: a decrypted push must end with it (400 otherwise). "
+         "Required with ingest.oa.aes.key."),
     KSTR("ingest.hmac.secret", "", 0, 1024, I_, WXG_CONF_SECRET,
          "Shared secret of the gateway: when set, every callback except the Official Account's "
          "must carry X-Wxg-Signature: sha256=<hex HMAC-SHA256 of the body> (401 otherwise)."),

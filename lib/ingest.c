@@ -46,11 +46,13 @@
 #include <openssl/hmac.h>
 
 #include "err_int.h"
+#include "oacrypt_int.h"
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
 #include "wxguard/httpd.h"
 #include "wxguard/log.h"
 #include "wxguard/msg.h"
+#include "wxguard/oacrypt.h"
 
 #define SIG_PART_MAX   256 /* bytes of token, timestamp or nonce */
 #define ACCOUNT_MAX    128 /* bytes of the {account} path segment */
@@ -72,6 +74,11 @@ struct wxg_ingest_s {
     char *topic;
     char *oa_token;    /* NULL: the oa endpoint is off */
     char *hmac_secret; /* NULL: no gateway HMAC */
+    /* Safe mode: the EncodingAESKey (and the one before it, during a rotation) as AES keys, and
+     * the AppId the plaintext must end with. has_key 0: encrypted pushes are refused. */
+    unsigned char oa_key[WXG_OA_AES_KEY_BYTES], oa_key_prev[WXG_OA_AES_KEY_BYTES];
+    int has_key, has_key_prev;
+    char *oa_appid;
     size_t max_body;
     int budget_ms;
     uint64_t rid_base; /* random, so request ids of two processes differ */
@@ -95,58 +102,20 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void to_hex(const unsigned char *in, size_t n, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[in[i] >> 4];
-        out[2 * i + 1] = hex[in[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-/* Constant-time comparison of `want` (lower-case hex, n digits) with `got` in any case. */
-static int hex_equal(const char *want, const char *got, size_t n)
-{
-    char low[129];
-    if (n >= sizeof low || strlen(got) != n)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        low[i] = (char)tolower((unsigned char)got[i]);
-    return CRYPTO_memcmp(want, low, n) == 0;
-}
-
 /* ---- signatures ---------------------------------------------------------------------------- */
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
 
 int wxg_ingest_oa_signature(const char *token, const char *timestamp, const char *nonce,
                             char out[41])
 {
     const char *parts[3] = {token, timestamp, nonce};
-    char buf[3 * SIG_PART_MAX + 1];
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    size_t len = 0;
+    size_t lens[3];
     if (out == NULL)
         return WXG_EINVAL;
     for (int i = 0; i < 3; i++) {
-        if (parts[i] == NULL || strlen(parts[i]) > SIG_PART_MAX)
+        if (parts[i] == NULL || (lens[i] = strlen(parts[i])) > SIG_PART_MAX)
             return WXG_EINVAL;
     }
-    qsort(parts, 3, sizeof parts[0], cmp_str);
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(parts[i]);
-        memcpy(buf + len, parts[i], n);
-        len += n;
-    }
-    if (EVP_Digest(buf, len, md, &mdlen, EVP_sha1(), NULL) != 1 || mdlen != 20)
-        return WXG_ENOMEM;
-    to_hex(md, 20, out);
-    return 0;
+    return wxg__sha1_sorted(parts, lens, 3, out);
 }
 
 int wxg_ingest_oa_verify(const char *token, const char *timestamp, const char *nonce,
@@ -158,7 +127,7 @@ int wxg_ingest_oa_verify(const char *token, const char *timestamp, const char *n
         return WXG_EAUTH;
     if (wxg_ingest_oa_signature(token, timestamp, nonce, want) != 0)
         return WXG_EAUTH;
-    return hex_equal(want, signature, 40) ? 0 : WXG_EAUTH;
+    return wxg__hex_equal(want, signature, 40) ? 0 : WXG_EAUTH;
 }
 
 int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t len, char out[72])
@@ -173,7 +142,7 @@ int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t len, char 
         mdlen != 32)
         return WXG_ENOMEM;
     memcpy(out, "sha256=", 7);
-    to_hex(md, 32, out + 7);
+    wxg__to_hex(md, 32, out + 7);
     return 0;
 }
 
@@ -184,7 +153,7 @@ int wxg_ingest_hmac_verify(const char *secret, const void *body, size_t len, con
         return WXG_EAUTH;
     if (wxg_ingest_hmac_sign(secret, body, len, want) != 0)
         return WXG_EAUTH;
-    return hex_equal(want + 7, header + 7, 64) ? 0 : WXG_EAUTH;
+    return wxg__hex_equal(want + 7, header + 7, 64) ? 0 : WXG_EAUTH;
 }
 
 /* ---- metrics ------------------------------------------------------------------------------- */
@@ -423,6 +392,58 @@ out:
     wxg_batch_free(batch);
 }
 
+/* An encrypted Official Account push (encrypt_type=aes) when a key is configured: check
+ * msg_signature over the Encrypt text, decrypt it (with the previous key when the current one
+ * does not fit), and store the plaintext push. Compatible mode carries the plaintext fields too,
+ * but they are covered by no signature, so the decrypted copy is what counts there as well. */
+static void ingest_encrypted(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req,
+                             const char *path_account, const char *body, size_t len, int64_t t0,
+                             wxg_httpd_resp_t *resp)
+{
+    char reason[256] = "";
+    char *enc = NULL, *plain = NULL;
+    size_t enc_len = 0, plain_len = 0;
+    wxg_decode_opts_t opts = {.max_bytes = in->max_body};
+    int rc = wxg_decode_oa_encrypt(body, len, &opts, &enc, &enc_len, reason, sizeof reason);
+    if (rc != 0) {
+        ri->outcome = "undecodable";
+        answer(in, ri, resp, 400, "%s: %s: %s", wxg_err_name(rc), wxg_strerror(rc), reason);
+        goto out;
+    }
+    if (wxg_oa_msg_verify(in->oa_token, wxg_httpd_req_query(req, "timestamp"),
+                          wxg_httpd_req_query(req, "nonce"), enc, enc_len,
+                          wxg_httpd_req_query(req, "msg_signature")) != 0) {
+        ri->outcome = "bad_signature";
+        wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri->request_id),
+                WXG_LS("endpoint", "oa"), WXG_LS("signature", "msg_signature"));
+        answer(in, ri, resp, 401, "EAUTH: bad or missing msg_signature of an encrypted push");
+        goto out;
+    }
+    rc = wxg_oa_decrypt(in->oa_key, in->oa_appid, enc, enc_len, &plain, &plain_len, reason,
+                        sizeof reason);
+    if (rc == WXG_EFORMAT && in->has_key_prev) {
+        char again[256];
+        rc = wxg_oa_decrypt(in->oa_key_prev, in->oa_appid, enc, enc_len, &plain, &plain_len, again,
+                            sizeof again);
+        if (rc == 0)
+            wxg_log(WXG_LOG_INFO, "oa_previous_key", WXG_LS("request_id", ri->request_id));
+    }
+    if (rc != 0) {
+        ri->outcome = "undecryptable";
+        wxg_log(WXG_LOG_WARN, "oa_decrypt_failed", WXG_LS("request_id", ri->request_id),
+                WXG_LERR(rc), WXG_LS("reason", reason));
+        answer(in, ri, resp, 400, "%s: %s", wxg_err_name(rc), reason);
+        goto out;
+    }
+    ingest_body(in, ri, sniff_oa(plain, plain_len), path_account, plain, plain_len, t0, resp);
+out:
+    free(enc);
+    if (plain != NULL) {
+        OPENSSL_cleanse(plain, plain_len);
+        free(plain);
+    }
+}
+
 static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *resp)
 {
     wxg_ingest_t *in = opaque;
@@ -484,6 +505,11 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
             answer_raw(in, &ri, resp, 200, echo, strlen(echo));
             goto out;
         }
+        const char *et = wxg_httpd_req_query(req, "encrypt_type");
+        if (in->has_key && et != NULL && strcmp(et, "aes") == 0) {
+            ingest_encrypted(in, &ri, req, account, body, len, t0, resp);
+            goto out;
+        }
         fmt = sniff_oa(body, len);
     } else if (in->hmac_secret != NULL &&
                wxg_ingest_hmac_verify(in->hmac_secret, body, len,
@@ -525,6 +551,43 @@ int wxg_ingest_ready(const wxg_ingest_t *in, char *reason, size_t reason_size)
 
 /* ---- set-up -------------------------------------------------------------------------------- */
 
+/* Reads the safe-mode keys. A key is useless without the token (msg_signature is made with it)
+ * and unsafe without the AppId (a push sealed for another account would be accepted), so both
+ * are required with it, and a key that is not 43 base64 characters stops the start. */
+static int oa_keys(wxg_ingest_t *in, const wxg_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    const char *cur = wxg_conf_get(conf, "ingest.oa.aes.key");
+    const char *prev = wxg_conf_get(conf, "ingest.oa.aes.key.previous");
+    int want = cur != NULL && cur[0] != '\0';
+    if (!want && prev != NULL && prev[0] != '\0') {
+        wxg__errf(errstr, errstr_size,
+                  "ingest.oa.aes.key.previous is set but ingest.oa.aes.key is empty");
+        return WXG_ECONFIG;
+    }
+    if (!want)
+        return 0;
+    if (in->oa_token == NULL || in->oa_appid == NULL) {
+        wxg__errf(errstr, errstr_size,
+                  "ingest.oa.aes.key needs ingest.oa.token and ingest.oa.appid");
+        return WXG_ECONFIG;
+    }
+    if (wxg_oa_aes_key(cur, in->oa_key) != 0) {
+        wxg__errf(errstr, errstr_size,
+                  "ingest.oa.aes.key is not an EncodingAESKey (43 base64 characters)");
+        return WXG_ECONFIG;
+    }
+    in->has_key = 1;
+    if (prev != NULL && prev[0] != '\0') {
+        if (wxg_oa_aes_key(prev, in->oa_key_prev) != 0) {
+            wxg__errf(errstr, errstr_size,
+                      "ingest.oa.aes.key.previous is not an EncodingAESKey (43 base64 characters)");
+            return WXG_ECONFIG;
+        }
+        in->has_key_prev = 1;
+    }
+    return 0;
+}
+
 static char *dup_nonempty(const char *s, int *oom)
 {
     if (s == NULL || s[0] == '\0')
@@ -563,10 +626,13 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     in->topic = dup_nonempty(wxg_conf_get(conf, "ingest.topic"), &oom);
     in->oa_token = dup_nonempty(wxg_conf_get(conf, "ingest.oa.token"), &oom);
     in->hmac_secret = dup_nonempty(wxg_conf_get(conf, "ingest.hmac.secret"), &oom);
+    in->oa_appid = dup_nonempty(wxg_conf_get(conf, "ingest.oa.appid"), &oom);
     if (oom || in->topic == NULL) {
         wxg__errf(errstr, errstr_size, oom ? "out of memory" : "ingest.topic is empty");
         goto fail;
     }
+    if (oa_keys(in, conf, errstr, errstr_size) != 0)
+        goto fail;
     if (getrandom(&in->rid_base, sizeof in->rid_base, GRND_NONBLOCK) != sizeof in->rid_base)
         in->rid_base = (uint64_t)wall_ms() ^ ((uint64_t)mono_ms() << 32);
     atomic_init(&in->rid_next, 1);
@@ -615,7 +681,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
             WXG_LI("port", wxg_httpd_port(in->httpd)), WXG_LS("topic", in->topic),
             WXG_LI("budget_ms", in->budget_ms), WXG_LU("max_body", in->max_body),
             WXG_LU("concurrency", ho.max_inflight), WXG_LB("oa", in->oa_token != NULL),
-            WXG_LB("hmac", in->hmac_secret != NULL));
+            WXG_LB("oa_safe_mode", in->has_key), WXG_LB("hmac", in->hmac_secret != NULL));
     return in;
 fail:
     wxg_ingest_destroy(in);
@@ -636,5 +702,8 @@ void wxg_ingest_destroy(wxg_ingest_t *in)
     free(in->topic);
     wipe_free(in->oa_token);
     wipe_free(in->hmac_secret);
+    free(in->oa_appid);
+    OPENSSL_cleanse(in->oa_key, sizeof in->oa_key);
+    OPENSSL_cleanse(in->oa_key_prev, sizeof in->oa_key_prev);
     free(in);
 }

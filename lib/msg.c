@@ -1289,8 +1289,11 @@ static void xml_reason(const xmlError *e, char *out, size_t outsz)
     out[n] = '\0';
 }
 
-static int dec_oa_xml(dctx *d, const char *buf, size_t len)
+/* Parses an Official Account XML push and reads its fields into v (copies in the scratch
+ * arena, so they outlive the parse). */
+static int oa_xml_fields(dctx *d, const char *buf, size_t len, tval *v)
 {
+    memset(v, 0, OA_NFIELDS * sizeof *v);
     if (xml_prescan(d, buf, buf + len) != 0)
         return d->err;
     if (len > INT_MAX)
@@ -1319,8 +1322,6 @@ static int dec_oa_xml(dctx *d, const char *buf, size_t len)
         fail(d, WXG_EFORMAT, "Official Account XML push: the root element is not <xml>");
         goto out;
     }
-    tval v[OA_NFIELDS];
-    memset(v, 0, sizeof v);
     for (xmlNodePtr c = root->children; c != NULL; c = c->next) {
         if (c->type != XML_ELEMENT_NODE)
             continue;
@@ -1355,11 +1356,18 @@ static int dec_oa_xml(dctx *d, const char *buf, size_t len)
         }
         v[i] = tv_str(copy, tl);
     }
-    dec_oa(d, WXG_FORMAT_OA_XML, v);
 out:
     xmlFreeDoc(doc);
     xmlFreeParserCtxt(ctxt);
     return d->err;
+}
+
+static int dec_oa_xml(dctx *d, const char *buf, size_t len)
+{
+    tval v[OA_NFIELDS];
+    if (oa_xml_fields(d, buf, len, v) != 0)
+        return d->err;
+    return dec_oa(d, WXG_FORMAT_OA_XML, v);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1668,6 +1676,36 @@ struct wxg_batch_s {
     size_t n;
 };
 
+/* Sets up a decode context from the options and checks the size cap (the context carries the
+ * error then). */
+static int dctx_start(dctx *d, const wxg_decode_opts_t *opts, size_t len, char *errstr,
+                      size_t errstr_size)
+{
+    size_t max_bytes = opts && opts->max_bytes ? opts->max_bytes : WXG_DECODE_DEFAULT_MAX_BYTES;
+    int max_depth = opts && opts->max_depth > 0 ? opts->max_depth : WXG_DECODE_DEFAULT_MAX_DEPTH;
+    if (max_depth > WXG_DECODE_LIMIT_MAX_DEPTH)
+        max_depth = WXG_DECODE_LIMIT_MAX_DEPTH;
+    memset(d, 0, sizeof *d);
+    d->max_depth = max_depth;
+    d->errstr = errstr;
+    d->errsz = errstr_size;
+    if (len > max_bytes)
+        return fail(d, WXG_ETOOBIG, "record is %zu bytes; the limit is %zu", len, max_bytes);
+    return 0;
+}
+
+/* The offset of the first byte after a UTF-8 byte-order mark and blanks. */
+static size_t skip_blank(const char *rec, size_t len)
+{
+    size_t skip = 0;
+    if (len >= 3 && memcmp(rec, "\xef\xbb\xbf", 3) == 0)
+        skip = 3;
+    while (skip < len &&
+           (rec[skip] == ' ' || rec[skip] == '\t' || rec[skip] == '\n' || rec[skip] == '\r'))
+        skip++;
+    return skip;
+}
+
 int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_batch_t **out,
                char *errstr, size_t errstr_size)
 {
@@ -1680,21 +1718,13 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
     }
     *out = NULL;
     wxg_format_t f = opts ? opts->format : WXG_FORMAT_AUTO;
-    size_t max_bytes = opts && opts->max_bytes ? opts->max_bytes : WXG_DECODE_DEFAULT_MAX_BYTES;
-    int max_depth = opts && opts->max_depth > 0 ? opts->max_depth : WXG_DECODE_DEFAULT_MAX_DEPTH;
-    if (max_depth > WXG_DECODE_LIMIT_MAX_DEPTH)
-        max_depth = WXG_DECODE_LIMIT_MAX_DEPTH;
-
     dctx d;
-    memset(&d, 0, sizeof d);
-    d.max_depth = max_depth;
-    d.errstr = errstr;
-    d.errsz = errstr_size;
-
-    if ((int)f < (int)WXG_FORMAT_AUTO || (int)f > (int)WXG_FORMAT_GENERIC)
+    if ((int)f < (int)WXG_FORMAT_AUTO || (int)f > (int)WXG_FORMAT_GENERIC) {
+        dctx_start(&d, NULL, 0, errstr, errstr_size);
         return fail(&d, WXG_EINVAL, "unknown format %d", (int)f);
-    if (len > max_bytes)
-        return fail(&d, WXG_ETOOBIG, "record is %zu bytes; the limit is %zu", len, max_bytes);
+    }
+    if (dctx_start(&d, opts, len, errstr, errstr_size) != 0)
+        return d.err;
 
     wxg_batch_t *b = calloc(1, sizeof *b);
     if (b == NULL)
@@ -1713,12 +1743,7 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
     d.rec = rec;
     d.rec_len = len;
 
-    size_t skip = 0;
-    if (len >= 3 && memcmp(rec, "\xef\xbb\xbf", 3) == 0)
-        skip = 3;
-    while (skip < len &&
-           (rec[skip] == ' ' || rec[skip] == '\t' || rec[skip] == '\n' || rec[skip] == '\r'))
-        skip++;
+    size_t skip = skip_blank(rec, len);
     if (skip == len) {
         fail(&d, WXG_EPARSE, "empty record");
         goto out;
@@ -1759,6 +1784,60 @@ out:
     }
     *out = b;
     return 0;
+}
+
+/* The safe-mode envelope: the same parsers, limits and refusals as wxg_decode(), but only the
+ * Encrypt field is read. */
+int wxg_decode_oa_encrypt(const void *buf, size_t len, const wxg_decode_opts_t *opts, char **out,
+                          size_t *out_len, char *errstr, size_t errstr_size)
+{
+    if (errstr != NULL && errstr_size > 0)
+        errstr[0] = '\0';
+    if (out == NULL || out_len == NULL || (buf == NULL && len > 0)) {
+        if (errstr != NULL && errstr_size > 0)
+            snprintf(errstr, errstr_size, "invalid arguments to wxg_decode_oa_encrypt");
+        return WXG_EINVAL;
+    }
+    *out = NULL;
+    *out_len = 0;
+    dctx d;
+    if (dctx_start(&d, opts, len, errstr, errstr_size) != 0)
+        return d.err;
+    d.scratch.first = arena_size_for(len);
+    const char *rec = buf;
+    size_t skip = skip_blank(rec, len);
+    tval v[OA_NFIELDS];
+    memset(v, 0, sizeof v);
+    if (skip == len) {
+        fail(&d, WXG_EPARSE, "empty record");
+    } else if (rec[skip] == '<') {
+        oa_xml_fields(&d, rec, len, v);
+    } else {
+        jnode *root;
+        if (jparse(&d, rec, len, skip, &root) == 0) {
+            if (root->type != J_OBJ)
+                fail(&d, WXG_EFORMAT, "the record's top-level JSON value is not an object");
+            else
+                get_tv(&d, root, oa_names[OA_ENCRYPT], oa_names[OA_ENCRYPT], 0, &v[OA_ENCRYPT]);
+        }
+    }
+    if (d.err == 0 && v[OA_ENCRYPT].kind != TV_STR)
+        fail(&d, WXG_EFORMAT,
+             v[OA_ENCRYPT].kind == TV_ABSENT
+                 ? "encrypted Official Account push without an Encrypt field"
+                 : "the Encrypt field of an Official Account push is not a string");
+    if (d.err == 0) {
+        *out = malloc(v[OA_ENCRYPT].n + 1);
+        if (*out == NULL) {
+            nomem(&d);
+        } else {
+            memcpy(*out, v[OA_ENCRYPT].p, v[OA_ENCRYPT].n);
+            (*out)[v[OA_ENCRYPT].n] = '\0';
+            *out_len = v[OA_ENCRYPT].n;
+        }
+    }
+    arena_free(&d.scratch);
+    return d.err;
 }
 
 size_t wxg_batch_count(const wxg_batch_t *b)

@@ -99,6 +99,16 @@ typedef struct wxg_batch_s wxg_batch_t;
 WXG_EXPORT int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts,
                           wxg_batch_t **out, char *errstr, size_t errstr_size);
 
+/* Reads the Encrypt field of an encrypted ("safe mode" or "compatible mode") Official Account
+ * push: XML when the first non-blank byte is '<', JSON otherwise, with wxg_decode()'s parsers,
+ * size and depth limits and refusals (no DTD, no entities). opts may be NULL; only max_bytes and
+ * max_depth are used. On success returns 0 and sets *out to a malloc'd NUL-terminated copy of
+ * the field (*out_len bytes, not counting the NUL), which the caller frees. Errors: WXG_EPARSE,
+ * WXG_EDEPTH, WXG_ETOOBIG as wxg_decode(); WXG_EFORMAT when there is no Encrypt string;
+ * WXG_EINVAL, WXG_ENOMEM. errstr (may be NULL) says why. Thread-safe. */
+WXG_EXPORT int wxg_decode_oa_encrypt(const void *buf, size_t len, const wxg_decode_opts_t *opts,
+                                     char **out, size_t *out_len, char *errstr, size_t errstr_size);
+
 /* The number of messages in b (0 for NULL). */
 WXG_EXPORT size_t wxg_batch_count(const wxg_batch_t *b);
 

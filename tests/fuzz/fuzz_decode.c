@@ -1,16 +1,19 @@
-/* libFuzzer harness for wxg_decode(): every input is decoded with every forced format and with
- * detection, at the default caps and at a small depth cap. Beyond "no crash, no leak, no
- * undefined behaviour" it checks the decoder's promises and traps when one is broken:
+/* libFuzzer harness for wxg_decode() and the safe-mode path (wxg_decode_oa_encrypt(),
+ * wxg_oa_decrypt()): every input is decoded with every forced format and with detection, at the
+ * default caps and at a small depth cap. Beyond "no crash, no leak, no undefined behaviour" it
+ * checks the decoder's promises and traps when one is broken:
  *   - a success yields views whose keys pass wxg_key_check() with the view's kind, whose
  *     strings are NUL-terminated and whose msg_id passes the id grammar;
  *   - a failure is one of the input error codes, with a non-empty printable reason. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 #include "wxguard/msg.h"
+#include "wxguard/oacrypt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -74,5 +77,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_view(wxg_batch_msg(b, k));
         wxg_batch_free(b);
     }
+    /* The safe-mode path of wxguard-ingest: the envelope reader, then decryption of whatever
+     * Encrypt it found (and of the raw input as if it were Encrypt) with a fixed key. */
+    static const unsigned char key[WXG_OA_AES_KEY_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
+    char err[256];
+    char *enc = NULL, *plain = NULL;
+    size_t enc_len = 0, plain_len = 0;
+    int rc = wxg_decode_oa_encrypt(data, size, NULL, &enc, &enc_len, err, sizeof err);
+    if (rc != 0) {
+        if (enc != NULL)
+            __builtin_trap();
+        check_error(rc, err);
+    } else {
+        if (enc == NULL || enc[enc_len] != '\0')
+            __builtin_trap();
+        rc = wxg_oa_decrypt(key, "wx_FUZZ", enc, enc_len, &plain, &plain_len, err, sizeof err);
+        if (rc == 0 && (plain == NULL || plain[plain_len] != '\0'))
+            __builtin_trap();
+        free(plain);
+        free(enc);
+    }
+    plain = NULL;
+    rc = wxg_oa_decrypt(key, NULL, (const char *)data, size, &plain, &plain_len, err, sizeof err);
+    if (rc == 0 && (plain == NULL || plain[plain_len] != '\0'))
+        __builtin_trap();
+    free(plain);
     return 0;
 }

@@ -23,6 +23,7 @@
 #include "wxguard/ingest.h"
 #include "wxguard/metrics.h"
 #include "wxguard/msg.h"
+#include "wxguard/oacrypt.h"
 #include "testenv.h"
 #include "testhttp.h"
 #include "testkafka.h"
@@ -121,8 +122,10 @@ typedef struct server {
     int port;
 } server;
 
-/* A receiver for `topic` on `bootstrap` (NULL: the fixture's broker). */
-static void server_start(server *s, const char *bootstrap, const char *topic, int budget_ms)
+/* A receiver for `topic` on `bootstrap` (NULL: the fixture's broker), with up to three more
+ * settings (NULL-terminated `extra`, may be NULL). */
+static void server_start_with(server *s, const char *bootstrap, const char *topic, int budget_ms,
+                              const char *const *extra)
 {
     char err[512] = "";
     char boot[256], top[256], budget[64];
@@ -130,16 +133,18 @@ static void server_start(server *s, const char *bootstrap, const char *topic, in
              bootstrap ? bootstrap : wxg_test_kafka_bootstrap());
     snprintf(top, sizeof top, "ingest.topic=%s", topic);
     snprintf(budget, sizeof budget, "ingest.produce.timeout.ms=%d", budget_ms);
-    const char *sets[] = {boot,
-                          top,
-                          budget,
-                          "ingest.listen=127.0.0.1:0",
-                          "ingest.max.body.bytes=64KiB",
-                          "ingest.oa.token=" OA_TOKEN,
-                          "kafka.broker.address.family=v4",
-                          "kafka.log_level=0"};
-    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets,
-                                     sizeof sets / sizeof sets[0], err, sizeof err);
+    const char *sets[11] = {boot,
+                            top,
+                            budget,
+                            "ingest.listen=127.0.0.1:0",
+                            "ingest.max.body.bytes=64KiB",
+                            "ingest.oa.token=" OA_TOKEN,
+                            "kafka.broker.address.family=v4",
+                            "kafka.log_level=0"};
+    size_t n = 8;
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && n < sizeof sets / sizeof sets[0]; i++)
+        sets[n++] = extra[i];
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, sizeof err);
     if (conf == NULL)
         fail_msg("conf: %s", err);
     s->reg = wxg_metrics_new();
@@ -148,6 +153,11 @@ static void server_start(server *s, const char *bootstrap, const char *topic, in
     if (s->in == NULL)
         fail_msg("wxg_ingest_new: %s", err);
     s->port = wxg_ingest_port(s->in);
+}
+
+static void server_start(server *s, const char *bootstrap, const char *topic, int budget_ms)
+{
+    server_start_with(s, bootstrap, topic, budget_ms, NULL);
 }
 
 static void server_wait_ready(server *s)
@@ -411,6 +421,110 @@ static void refused_requests_store_nothing_and_the_url_verification_echoes(void 
     free(topic);
 }
 
+/* ---- safe mode ---- */
+
+#define OA_EAK      "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"
+#define OA_EAK_PREV "ZYXWVUTSRQPONMLKJIHGFEDCBA9876543210zyxwvut"
+#define OA_EAK_GONE "0000000000000000000000000000000000000000000"
+#define OA_APPID    "wx_FAKEAPPID_0001"
+
+/* POSTs `msg` sealed with EncodingAESKey `eak` for `appid` as a safe-mode push (the envelope
+ * only), with a right msg_signature unless `bad_sig`; returns the status. */
+static unsigned post_sealed(int port, const char *eak, const char *appid, const char *msg,
+                            int bad_sig, const char *nonce)
+{
+    unsigned char key[WXG_OA_AES_KEY_BYTES];
+    assert_int_equal(wxg_oa_aes_key(eak, key), 0);
+    char *enc = NULL;
+    assert_int_equal(wxg_oa_encrypt(key, appid, (const unsigned char *)"FAKERANDOMBYTES!", msg,
+                                    strlen(msg), &enc),
+                     0);
+    char msig[41], target[512], body[4096];
+    assert_int_equal(wxg_oa_msg_signature(OA_TOKEN, "1732330200", nonce, enc, strlen(enc), msig),
+                     0);
+    if (bad_sig)
+        msig[0] = msig[0] == '0' ? '1' : '0';
+    char sig[41];
+    assert_int_equal(wxg_ingest_oa_signature(OA_TOKEN, "1732330200", nonce, sig), 0);
+    snprintf(target, sizeof target,
+             "/v1/callback/oa?signature=%s&timestamp=1732330200&nonce=%s&openid=oFAKE"
+             "&encrypt_type=aes&msg_signature=%s",
+             sig, nonce, msig);
+    int bl = snprintf(body, sizeof body,
+                      "<xml><ToUserName><![CDATA[gh_fake00000001]]></ToUserName>"
+                      "<Encrypt><![CDATA[%s]]></Encrypt></xml>",
+                      enc);
+    assert_true(bl > 0 && (size_t)bl < sizeof body);
+    free(enc);
+    wxg_test_http_resp_t r;
+    assert_int_equal(wxg_test_http(port, "POST", target, NULL, body, (size_t)bl, &r), 0);
+    unsigned status = r.status;
+    if (status != 200)
+        print_message("status %u: %s\n", status, r.body);
+    wxg_test_http_free(&r);
+    return status;
+}
+
+static void safe_mode_pushes_are_verified_decrypted_and_stored_as_plaintext(void **state)
+{
+    (void)state;
+    char *topic = wxg_test_kafka_name("ingest-safe");
+    wxg_test_kafka_create_topic(topic, 1);
+    static const char m1[] = "<xml><ToUserName><![CDATA[gh_fake00000001]]></ToUserName>"
+                             "<FromUserName><![CDATA[oFAKE_openid_000000001]]></FromUserName>"
+                             "<CreateTime>1732329909</CreateTime><MsgType><![CDATA[text]]>"
+                             "</MsgType><Content><![CDATA[safe]]></Content>"
+                             "<MsgId>24500000000000009</MsgId></xml>";
+    static const char m2[] = "{\"ToUserName\":\"gh_fake00000001\",\"FromUserName\":"
+                             "\"oFAKE_openid_000000002\",\"CreateTime\":1732329910,"
+                             "\"MsgType\":\"text\",\"Content\":\"old key\","
+                             "\"MsgId\":24500000000000010}";
+    const char *extra[] = {"ingest.oa.aes.key=" OA_EAK, "ingest.oa.aes.key.previous=" OA_EAK_PREV,
+                           "ingest.oa.appid=" OA_APPID, NULL};
+    server srv;
+    server_start_with(&srv, NULL, topic, 5000, extra);
+    server_wait_ready(&srv);
+
+    /* Refused, storing nothing: a wrong msg_signature (401); a push sealed with a key that is
+     * neither the current nor the previous one, or for another AppId (400). */
+    assert_int_equal(post_sealed(srv.port, OA_EAK, OA_APPID, m1, 1, "1"), 401);
+    assert_int_equal(post_sealed(srv.port, OA_EAK_GONE, OA_APPID, m1, 0, "2"), 400);
+    assert_int_equal(post_sealed(srv.port, OA_EAK, "wx_OTHER", m1, 0, "3"), 400);
+    /* Stored as plaintext: one sealed with the current key (XML inside), one with the previous
+     * key (the JSON push format inside). */
+    assert_int_equal(post_sealed(srv.port, OA_EAK, OA_APPID, m1, 0, "4"), 200);
+    assert_int_equal(post_sealed(srv.port, OA_EAK_PREV, OA_APPID, m2, 0, "5"), 200);
+
+    rec recs[4];
+    size_t got = read_topic(topic, 1, 3, 3000, recs);
+    assert_int_equal(got, 2);
+    assert_int_equal(recs[0].value_len, sizeof m1 - 1);
+    assert_memory_equal(recs[0].value, m1, sizeof m1 - 1);
+    assert_string_equal(recs[0].key, "gh_fake00000001:oFAKE_openid_000000001");
+    assert_string_equal(recs[0].hdr[0], "oa-xml");
+    assert_memory_equal(recs[1].value, m2, sizeof m2 - 1);
+    assert_string_equal(recs[1].key, "gh_fake00000001:oFAKE_openid_000000002");
+    assert_string_equal(recs[1].hdr[0], "oa-json");
+    free_recs(recs, got);
+    server_stop(&srv);
+
+    /* A key without the AppId it must be checked against is a configuration error. */
+    char err[256] = "";
+    const char *sets[] = {"ingest.topic=x", "ingest.oa.token=" OA_TOKEN,
+                          "ingest.oa.aes.key=" OA_EAK, "ingest.listen=127.0.0.1:0",
+                          "kafka.bootstrap.servers=127.0.0.1:1"};
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets,
+                                     sizeof sets / sizeof sets[0], err, sizeof err);
+    if (conf == NULL)
+        fail_msg("conf: %s", err);
+    assert_non_null(conf);
+    wxg_ingest_t *in = wxg_ingest_new(conf, NULL, err, sizeof err);
+    assert_null(in);
+    assert_non_null(strstr(err, "ingest.oa.appid"));
+    wxg_conf_free(conf);
+    free(topic);
+}
+
 static void kafka_down_gives_503_within_the_budget_and_the_retry_stores_once(void **state)
 {
     (void)state;
@@ -475,6 +589,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_reference_sample_is_stored_byte_identical_with_key_and_headers),
         cmocka_unit_test(refused_requests_store_nothing_and_the_url_verification_echoes),
+        cmocka_unit_test(safe_mode_pushes_are_verified_decrypted_and_stored_as_plaintext),
         cmocka_unit_test(kafka_down_gives_503_within_the_budget_and_the_retry_stores_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
