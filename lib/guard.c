@@ -57,6 +57,7 @@
 #include <unistd.h>
 #include <sys/prctl.h>
 
+#include "key_int.h"
 #include "wxguard/key.h"
 
 enum {
@@ -167,16 +168,6 @@ static uint64_t rng_next(uint64_t *s)
     x ^= x >> 27;
     *s = x;
     return x * 2685821657736338717ULL;
-}
-
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * n] = '\0';
 }
 
 static char *dup_or_null(const char *s)
@@ -308,7 +299,7 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
                           const unsigned char fp[32], wxg__guard_keys_t *out)
 {
     char hex[33];
-    hex_encode(fp, 16, hex);
+    wxg__to_hex(fp, 16, hex);
     out->shard = (unsigned)fp_bits(fp, 0, g->shard_bits);
     out->sub = fp_bits(fp, g->shard_bits, g->selector_bits - g->shard_bits);
     /* Shards in fixed-width hex, so that every record name of a geometry has one length. */
@@ -968,9 +959,8 @@ static void batch_hdr_num(batch *b, long long v)
     b->hdrlen[i] = strlen(b->hdrbuf[i]);
 }
 
-/* Computes names for item i from its key. */
-/* fp: the key's fingerprint when the caller already has it (the near cache hashed the key),
- * else NULL. */
+/* Computes names for item i from its key. fp: the key's fingerprint when the caller already
+ * has it (the near cache hashed the key), else NULL. */
 static int item_keys(wxg_guard_t *g, item *it, const char *key, size_t key_len,
                      const unsigned char *fp)
 {
@@ -1285,7 +1275,7 @@ static void naive_key(const wxg_guard_t *g, const char *key, size_t key_len,
     unsigned char fp[32];
     char hex[65];
     wxg__guard_fingerprint(key, key_len, fp);
-    hex_encode(fp, 32, hex);
+    wxg__to_hex(fp, 32, hex);
     snprintf(out, NAIVE_KEY_MAX, "%sn:%s", g->prefix, hex);
 }
 
@@ -1332,7 +1322,7 @@ static int naive_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
         int rc = fill_random(rnd, sizeof rnd);
         if (rc)
             return rc;
-        hex_encode(rnd, sizeof rnd, owner);
+        wxg__to_hex(rnd, sizeof rnd, owner);
         const char *argv[7] = {"SET", key, owner, "NX", "GET", "PX", lease};
         size_t lens[7] = {3, strlen(key), WXG_GUARD_OWNER_LEN, 2, 3, 2, strlen(lease)};
         redisReply *r = NULL;
@@ -1593,7 +1583,7 @@ static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
         rc = item_keys(g, it, msgs[i].key, msgs[i].key_len, fps ? fps[i] : NULL);
         if (rc)
             goto out;
-        hex_encode(rnd + 16 * i, 16, it->owner);
+        wxg__to_hex(rnd + 16 * i, 16, it->owner);
         int tl =
             snprintf(it->tag, sizeof it->tag, "%d", wxg__guard_payload_tag(msgs[i].payload_hash));
         char *p = blob_names(kp, &it->k, 4);
@@ -1789,8 +1779,8 @@ int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t, const cha
     return single_result(rc, res);
 }
 
-/* The Redis path of a complete. */
-/* fps (n entries, may be NULL): receives each ticket's key fingerprint, for the near cache. */
+/* The Redis path of a complete. fps (n entries, may be NULL) receives each ticket's key
+ * fingerprint, for the near cache. */
 static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results,
                           unsigned char (*fps)[32])
 {

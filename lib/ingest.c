@@ -46,6 +46,7 @@
 #include <openssl/hmac.h>
 
 #include "err_int.h"
+#include "key_int.h"
 #include "oacrypt_int.h"
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"

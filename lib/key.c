@@ -24,6 +24,8 @@
 
 #include <openssl/evp.h>
 
+#include "key_int.h"
+
 #include "wxguard/err.h"
 
 static const char u64_max[] = "18446744073709551615";
@@ -93,10 +95,9 @@ const char *wxg_id_verdict_str(wxg_id_verdict_t v)
     return "not a decimal integer";
 }
 
-static const char hexdig[] = "0123456789abcdef";
-
-static void to_hex(const unsigned char *d, size_t n, char *out)
+void wxg__to_hex(const unsigned char *d, size_t n, char *out)
 {
+    static const char hexdig[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
         out[2 * i] = hexdig[d[i] >> 4];
         out[2 * i + 1] = hexdig[d[i] & 15];
@@ -180,7 +181,7 @@ int wxg_key_part(const char *text, size_t len, char *out, size_t outsz)
     if (wxg_sha256(text, len, md) != 0)
         return WXG_ENOMEM;
     out[0] = 'x';
-    to_hex(md, 32, out + 1);
+    wxg__to_hex(md, 32, out + 1);
     return 65;
 }
 
@@ -262,7 +263,7 @@ static int hashed_key(char *out, size_t outsz, const char *acct, const char *kin
     int rc = wxg_key_hash_fields(fields, n, md);
     if (rc != 0)
         return rc;
-    to_hex(md, 32, hex);
+    wxg__to_hex(md, 32, hex);
     const char *pieces[] = {acct, kind, hex};
     return join(out, outsz, pieces, 3);
 }

@@ -28,6 +28,7 @@
 #include <openssl/evp.h>
 
 #include "err_int.h"
+#include "key_int.h"
 #include "oacrypt_int.h"
 #include "wxguard/err.h"
 
@@ -35,16 +36,6 @@
 #define FRAME_HEAD 20          /* 16 random bytes + 4 length bytes */
 #define B64_MAX    (16u << 20) /* longest Encrypt text accepted */
 #define SORT_PARTS 4
-
-void wxg__to_hex(const unsigned char *in, size_t n, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[in[i] >> 4];
-        out[2 * i + 1] = hex[in[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
 
 int wxg__hex_equal(const char *want, const char *got, size_t n)
 {

@@ -1,15 +1,12 @@
 /*
- * Internal to libwxguard: the hex and signature helpers that lib/oacrypt.c and lib/ingest.c
- * share (the Official Account's plain signature, its message signature and the gateway HMAC).
- * All pure and thread-safe.
+ * Internal to libwxguard: the signature helpers that lib/oacrypt.c and lib/ingest.c share (the
+ * Official Account's plain signature, its message signature and the gateway HMAC). Hex
+ * encoding is the key module's (key_int.h). All pure and thread-safe.
  */
 #ifndef WXG_OACRYPT_INT_H
 #define WXG_OACRYPT_INT_H
 
 #include <stddef.h>
-
-/* Writes the n bytes of `in` as 2n lower-case hex digits and a NUL to `out`. */
-void wxg__to_hex(const unsigned char *in, size_t n, char *out);
 
 /* Constant-time comparison of `want` (lower-case hex, n digits, n <= 128) with `got` in any
  * case; `got` must be exactly n characters. Returns 1 when equal. */

@@ -1,7 +1,8 @@
 /* Unit tests for lib/ingest.c without a broker: the Official Account signature against the
  * documented vectors, the gateway HMAC against RFC 4231, and every answer the receiver gives
  * before or instead of storing (404, 405, 401, 400, 413, the URL-verification echo, and 503 with
- * /readyz not ready when Kafka cannot be reached). Kafka is a closed loopback port here; storing
+ * /readyz not ready when Kafka cannot be reached), the checks on encrypted Official Account
+ * pushes and the safe-mode settings. Kafka is a closed loopback port here; storing
  * for real is tests/integration/test_ingest.c. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "wxguard/err.h"
 #include "wxguard/ingest.h"
 #include "wxguard/metrics.h"
+#include "wxguard/oacrypt.h"
 #include "testenv.h"
 #include "testhttp.h"
 
@@ -303,6 +305,101 @@ static void the_gateway_hmac_is_required_when_a_secret_is_set(void **state)
     stop(&f);
 }
 
+#define EAK "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"
+
+/* Posts an encrypted push whose envelope is `head`, Encrypt text `enc`, then `tail` to the oa
+ * endpoint, signed right unless `bad_sig`; returns the status and the body in `body`. */
+static int post_encrypted(fixture *f, const char *head, const char *enc, const char *tail,
+                          int bad_sig, char *body, size_t body_size)
+{
+    char sig[41], msig[41], target[512], payload[2048];
+    assert_int_equal(wxg_ingest_oa_signature("AAAAA", "1732330200", "9", sig), 0);
+    assert_int_equal(wxg_oa_msg_signature("AAAAA", "1732330200", "9", enc, strlen(enc), msig), 0);
+    if (bad_sig)
+        msig[0] = msig[0] == 'a' ? 'b' : 'a';
+    snprintf(target, sizeof target,
+             "/v1/callback/oa?signature=%s&timestamp=1732330200&nonce=9&encrypt_type=aes"
+             "&msg_signature=%s",
+             sig, msig);
+    int n = snprintf(payload, sizeof payload, "%s%s%s", head, enc, tail);
+    assert_true(n > 0 && (size_t)n < sizeof payload);
+    return req(f, "POST", target, NULL, payload, (size_t)n, body, body_size, NULL, 0);
+}
+
+static void encrypted_pushes_that_fail_a_check_are_refused_before_kafka(void **state)
+{
+    (void)state;
+    static const char head[] = "<xml><ToUserName><![CDATA[gh_fake00000001]]></ToUserName>"
+                               "<Encrypt><![CDATA[";
+    static const char tail[] = "]]></Encrypt></xml>";
+    fixture f;
+    char body[1024];
+    const char *extra[] = {"ingest.oa.token=AAAAA", "ingest.oa.aes.key=" EAK,
+                           "ingest.oa.appid=wx_FAKEAPPID_0001"};
+    start(&f, extra, 3);
+    unsigned char key[WXG_OA_AES_KEY_BYTES];
+    char *enc = NULL;
+    assert_int_equal(wxg_oa_aes_key(EAK, key), 0);
+    assert_int_equal(wxg_oa_encrypt(key, "wx_FAKEAPPID_0001",
+                                    (const unsigned char *)"0123456789abcdef", o1_xml,
+                                    sizeof o1_xml - 1, &enc),
+                     0);
+    /* No Encrypt in the envelope: 400 with the reader's reason. */
+    assert_int_equal(
+        post_encrypted(&f, "<xml><ToUserName>gh", "", "</ToUserName></xml>", 0, body, sizeof body),
+        400);
+    assert_non_null(strstr(body, "EFORMAT"));
+    assert_non_null(strstr(body, "Encrypt"));
+    /* A wrong msg_signature: 401. */
+    assert_int_equal(post_encrypted(&f, head, enc, tail, 1, body, sizeof body), 401);
+    assert_non_null(strstr(body, "msg_signature"));
+    /* Right signature over text that is not a sealed push: 400 naming why. */
+    assert_int_equal(post_encrypted(&f, head, "QUJDRA==", tail, 0, body, sizeof body), 400);
+    assert_non_null(strstr(body, "AES blocks"));
+    /* Everything right: it gets as far as Kafka, which is down here (503). */
+    assert_int_equal(post_encrypted(&f, head, enc, tail, 0, body, sizeof body), 503);
+    free(enc);
+    stop(&f);
+}
+
+/* A safe-mode key that could not work, or could accept another account's pushes, stops the
+ * start with the setting's name. */
+static void unusable_safe_mode_settings_fail_start_with_a_reason(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sets[3];
+        const char *why;
+    } cases[] = {
+        {{"ingest.oa.aes.key.previous=" EAK, NULL, NULL}, "ingest.oa.aes.key is empty"},
+        {{"ingest.oa.aes.key=" EAK, "ingest.oa.appid=wx_A", NULL}, "needs ingest.oa.token"},
+        {{"ingest.oa.aes.key=abcdefghijklmnopqrstuvwxyz0123456789ABCDEF!", "ingest.oa.token=T",
+          "ingest.oa.appid=wx_A"},
+         "not an EncodingAESKey"},
+        {{"ingest.oa.aes.key=" EAK, "ingest.oa.token=T", "ingest.oa.appid=wx_A"}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512] = "";
+        const char *sets[8] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=127.0.0.1:0"};
+        size_t n = 2;
+        for (size_t k = 0; k < 3 && cases[i].sets[k]; k++)
+            sets[n++] = cases[i].sets[k];
+        wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, sizeof err);
+        if (conf == NULL)
+            fail_msg("case %zu: conf: %s", i, err);
+        wxg_ingest_t *in = wxg_ingest_new(conf, NULL, err, sizeof err);
+        wxg_conf_free(conf);
+        if (cases[i].why == NULL) {
+            assert_non_null(in); /* the last case is the working one */
+            wxg_ingest_destroy(in);
+            continue;
+        }
+        assert_null(in);
+        if (strstr(err, cases[i].why) == NULL)
+            fail_msg("case %zu: '%s' does not say '%s'", i, err, cases[i].why);
+    }
+}
+
 static void a_bad_listen_address_fails_start_with_a_reason(void **state)
 {
     (void)state;
@@ -326,6 +423,8 @@ int main(void)
         cmocka_unit_test(undecodable_and_oversized_bodies_get_400_and_413_with_a_reason),
         cmocka_unit_test(kafka_down_gives_503_with_retry_after_and_not_ready),
         cmocka_unit_test(the_gateway_hmac_is_required_when_a_secret_is_set),
+        cmocka_unit_test(encrypted_pushes_that_fail_a_check_are_refused_before_kafka),
+        cmocka_unit_test(unusable_safe_mode_settings_fail_start_with_a_reason),
         cmocka_unit_test(a_bad_listen_address_fails_start_with_a_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
