@@ -97,7 +97,8 @@ static const wxg_conf_keydef_t keys[] = {
          "run one at a time, in order, though not always on the same worker thread."),
     KINT("consumer.queue.capacity", "4096", 1, 1000000, C_,
          "Messages held in the worker queues at most; as many again may wait in the poll "
-         "thread's backlog before every partition is paused (resumed at half of that)."),
+         "thread's backlog. A full backlog stops polling until the workers make room; one "
+         "that stays full for 200 ms pauses every partition (resumed at half of it)."),
     KINT("consumer.batch.max", "64", 1, 1024, C_,
          "Messages claimed or completed in one Redis script call at most."),
     KDUR("consumer.batch.delay.ms", "1ms", 0, 1 * SEC, C_,

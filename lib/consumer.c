@@ -30,6 +30,8 @@
  * what lets the poll thread read the oldest record's offset and key safely. It is held for a
  * few pointer moves only and nothing else is taken inside it; pool callbacks may take it
  * (lock order: pool lock, then cpart.mu). `ready_mu` guards the stall reason text for /readyz.
+ * `room_mu` carries the pool's low-watermark wake-up to a poll thread waiting for room; the
+ * callback takes it inside the pool lock, and nothing is taken while it is held.
  * Everything else is atomics.
  *
  * Metrics: counters are metric handles (lib/metrics.c atomics) bumped where the event happens;
@@ -42,14 +44,20 @@
  * prefetched for a paused partition; on resume it fetches again from the stored offset, and
  * the fetcher only notices the resume at its next wake-up (a fetch reply, at most
  * fetch.wait.max.ms after a long poll, or its one-second tick). Pausing each time the pool
- * filled and resuming when it had almost drained left the workers idle for every refetch. So
- * the pool's fill level pauses nothing: messages that find the pool full wait on the backlog,
- * and only a backlog of queue_capacity messages pauses every partition; they are resumed when
- * the backlog is down to half of that, while the pool is still full, so the workers have a
- * pool and half a backlog of work to cover the refetch. The consumer also lowers librdkafka's
- * default fetch.wait.max.ms (500 ms) to FETCH_WAIT_MS unless it is configured. Memory stays
- * bounded: at most queue_capacity messages in the pool plus queue_capacity on the backlog (and
- * the messages of the one record that crossed the line). A partition assigned while the
+ * filled and resuming when it had almost drained left the workers idle for every refetch, and
+ * even pausing only for a full backlog refetched every record about once (a quarter of the
+ * replica's CPU when the workers are the bottleneck). So the pool's fill level pauses nothing:
+ * messages that find the pool full wait on the backlog; when the backlog reaches
+ * queue_capacity messages the poll thread stops polling and waits for the workers (the pool's
+ * low watermark wakes it), leaving what librdkafka prefetched where it is. Only a backlog that
+ * stays that full for BACKLOG_WAIT_MS (the workers are stuck, not merely busy) pauses every
+ * partition, so that rebalances and commits are served again; they are resumed when the
+ * backlog is down to half, while the pool is still full, so the workers have a pool and half
+ * a backlog of work to cover the refetch. The consumer also lowers librdkafka's default
+ * fetch.wait.max.ms (500 ms) to FETCH_WAIT_MS unless it is configured. Memory stays bounded:
+ * at most queue_capacity messages in the pool plus queue_capacity on the backlog (and the
+ * messages of the one record that crossed the line), plus what librdkafka prefetches within
+ * its queued.min.messages and queued.max.messages.kbytes. A partition assigned while the
  * backlog is full is paused at once (librdkafka keeps a pause across re-assignment).
  *
  * Batch delay: a worker waits up to batch_delay_us for a batch to fill, but the poll thread
@@ -88,6 +96,8 @@
 #define INFRA_BACKOFF_MAX_MS 2000
 #define STORE_EVERY_MS       20
 #define PAUSE_EVERY_MS       10
+#define BACKLOG_WAIT_MS      200
+#define ROOM_WAIT_MS         10
 #define FETCH_WAIT_MS        "100"
 #define STATS_EVERY_MS       10000
 #define GAUGE_EVERY_MS       100
@@ -228,7 +238,13 @@ struct wxg_consumer_s {
     atomic_int stop_requested; /* the same, for other threads (readiness) */
     atomic_int fatal;
     atomic_int pressure;
-    int backlog_full; /* hysteresis state of the backlog (poll thread only) */
+    /* Set by the pool's low-watermark callback, cleared by the poll thread when it wakes. */
+    pthread_mutex_t room_mu;
+    pthread_cond_t room_cv;
+    int room;
+    int room_ready;        /* room_mu and room_cv were initialised */
+    int backlog_full;      /* hysteresis state of the backlog (poll thread only) */
+    int64_t over_since_ms; /* when the backlog reached backlog_high, 0 below it (poll thread) */
     size_t backlog_high, backlog_low;
     int stopping;
     int closing;
@@ -855,10 +871,36 @@ static void worker_pressure(void *opaque, int high)
 {
     wxg_consumer_t *c = opaque;
     atomic_store(&c->pressure, high);
-    /* Wake the poll thread: it may be blocked in rd_kafka_consumer_poll() with every partition
-     * paused, and must resume them as soon as the pool has drained. */
+    if (high)
+        return;
+    /* Wake the poll thread: it may be waiting for room with a full backlog, or blocked in
+     * rd_kafka_consumer_poll() with every partition paused, and must move the backlog in (and
+     * resume) as soon as the pool has drained. */
+    pthread_mutex_lock(&c->room_mu);
+    c->room = 1;
+    pthread_cond_signal(&c->room_cv);
+    pthread_mutex_unlock(&c->room_mu);
     if (c->rkq)
         rd_kafka_queue_yield(c->rkq);
+}
+
+/* The poll thread, with a full backlog: waits until the pool has drained to its low watermark,
+ * at most `ms`. */
+static void wait_for_room(wxg_consumer_t *c, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->room_mu);
+    if (!c->room)
+        pthread_cond_timedwait(&c->room_cv, &c->room_mu, &ts);
+    c->room = 0;
+    pthread_mutex_unlock(&c->room_mu);
 }
 
 static void wstate_free(wstate *ws)
@@ -1047,10 +1089,19 @@ static void seek_resumed(wxg_consumer_t *c, cpart **v, size_t n)
     rd_kafka_topic_partition_list_destroy(s);
 }
 
-/* Updates the backlog's hysteresis state; returns nonzero when it changed. */
+/* Updates the backlog's hysteresis state; returns nonzero when it changed. The backlog counts
+ * as full (and pauses) once it has stayed at its high mark for BACKLOG_WAIT_MS, and until it
+ * is down to its low mark. */
 static int backlog_update(wxg_consumer_t *c)
 {
-    int full = c->backlog_full ? c->npending > c->backlog_low : c->npending >= c->backlog_high;
+    int over = c->npending >= c->backlog_high;
+    int64_t now = mono_ms();
+    if (!over)
+        c->over_since_ms = 0;
+    else if (!c->over_since_ms)
+        c->over_since_ms = now;
+    int full = c->backlog_full ? c->npending > c->backlog_low
+                               : over && now - c->over_since_ms >= BACKLOG_WAIT_MS;
     if (full == c->backlog_full)
         return 0;
     c->backlog_full = full;
@@ -1921,6 +1972,26 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         goto fail;
     }
     c->ready_mu_init = 1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) {
+        snprintf(errstr, errstr_size, "consumer: cannot create a condition variable");
+        goto fail;
+    }
+    /* wait_for_room() measures its timeout on the monotonic clock. */
+    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (crc == 0)
+        crc = pthread_cond_init(&c->room_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (crc != 0) {
+        snprintf(errstr, errstr_size, "consumer: cannot create a condition variable");
+        goto fail;
+    }
+    if (pthread_mutex_init(&c->room_mu, NULL) != 0) {
+        pthread_cond_destroy(&c->room_cv);
+        snprintf(errstr, errstr_size, "consumer: cannot create a mutex");
+        goto fail;
+    }
+    c->room_ready = 1;
     atomic_store(&c->redis_ok_ms, mono_ms());
     if (metrics_init(c, errstr, errstr_size) != 0)
         goto fail;
@@ -2141,7 +2212,11 @@ int wxg_consumer_run(wxg_consumer_t *c)
             apply_pause(c);
             last_pause = now;
         }
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, c->pending_head ? 5 : 50);
+        rd_kafka_message_t *m = NULL;
+        if (!c->backlog_full && c->npending >= c->backlog_high)
+            wait_for_room(c, ROOM_WAIT_MS); /* not polling: see Backpressure at the top */
+        else
+            m = rd_kafka_consumer_poll(c->rk, c->pending_head ? 5 : 50);
         if (m) {
             handle_message(c, m);
             /* Pause as soon as the backlog is full, not at the next periodic check. */
@@ -2267,6 +2342,10 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
     wxg_metrics_free(c->m.own);
     if (c->ready_mu_init)
         pthread_mutex_destroy(&c->ready_mu);
+    if (c->room_ready) {
+        pthread_mutex_destroy(&c->room_mu);
+        pthread_cond_destroy(&c->room_cv);
+    }
     free(c->parts);
     for (size_t i = 0; c->topics && i < c->conf.ntopics; i++)
         free(c->topics[i]);

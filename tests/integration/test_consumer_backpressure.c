@@ -2,7 +2,9 @@
  * (cooperative-sticky, so the remaining replica is assigned more partitions while its pool is
  * full). Partitions assigned while the pool is above its high watermark are paused at once;
  * none stays paused for ever (every committed offset reaches the end); the poll thread never
- * misses max.poll.interval.ms; each message has exactly one effect. */
+ * misses max.poll.interval.ms; each message has exactly one effect. And workers that are busy
+ * but keep finishing hold the backlog full without a single pause: a pause would make
+ * librdkafka drop and refetch everything it had prefetched. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -32,6 +34,22 @@ static int assigned_paused(const wxg_ct_t *t, int idx)
 {
     return wxg_ct_log_count(t, idx, "paused=true") -
            wxg_ct_log_count(t, idx, "event=assigned partitions=0 protocol=COOPERATIVE paused=true");
+}
+
+/* The ledger holds exactly one effect of each message id base .. base + total - 1. */
+static void assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total)
+{
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(t, &eff, NULL);
+    assert_int_equal(n, total);
+    unsigned char *seen = calloc(total, 1);
+    assert_non_null(seen);
+    for (size_t i = 0; i < n; i++) {
+        assert_in_range(eff[i].id, base, base + total - 1);
+        assert_int_equal(seen[eff[i].id - base]++, 0);
+    }
+    free(seen);
+    free(eff);
 }
 
 static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **state)
@@ -95,15 +113,7 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     assert_true(assigned_paused(&t, 0) > 0);
 
     assert_true(wxg_ct_wait_all_committed(&t, 180000, NULL));
-    wxg_ct_effect_t *eff;
-    size_t n = wxg_ct_read_ledger(&t, &eff, NULL);
-    assert_int_equal(n, TOTAL);
-    unsigned char *seen = calloc(TOTAL, 1);
-    assert_non_null(seen);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(seen[eff[i].id - ID_BASE]++, 0);
-    free(seen);
-    free(eff);
+    assert_each_once(&t, ID_BASE, TOTAL);
     for (int i = 0; i < 2; i++) {
         st = wxg_ct_signal(&t, i, SIGTERM, 60000);
         wxg_ct_assert_exit(&t, i, st, 0);
@@ -113,10 +123,40 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     wxg_ct_teardown(&t);
 }
 
+static void busy_workers_fill_the_backlog_without_a_pause(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-busy", 2);
+    /* Every message takes 2 ms in the fail plugin, with one worker and a queue of 8: the
+     * backlog fills at once and stays full for the whole run, but the pool drains to its low
+     * watermark every few milliseconds, far inside the wait that would pause. */
+    wxg_ct_write_config(&t, "plugins = fail,record\n"
+                            "plugin.fail.action = stall\n"
+                            "plugin.fail.stall.ms = 2\n"
+                            "consumer.workers = 1\n"
+                            "consumer.queue.capacity = 8\n"
+                            "consumer.batch.max = 1\n");
+    static wxg_ct_msg_t msgs[N];
+    for (size_t i = 0; i < N; i++)
+        msgs[i] = (wxg_ct_msg_t){
+            .partition = (int)(i % 2), .id = ID_BASE + 1000 + i, .conv = (int)(i % 50)};
+    wxg_ct_produce(&t, msgs, N);
+    wxg_ct_spawn(&t, 0);
+    assert_true(wxg_ct_wait_all_committed(&t, 120000, NULL));
+    assert_each_once(&t, ID_BASE + 1000, N);
+    int st = wxg_ct_signal(&t, 0, SIGTERM, 60000);
+    wxg_ct_assert_exit(&t, 0, st, 0);
+    assert_int_equal(wxg_ct_log_count(&t, 0, "reason=backlog"), 0);
+    wxg_ct_teardown(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_full_pool_during_a_rebalance_pauses_and_always_resumes),
+        cmocka_unit_test(busy_workers_fill_the_backlog_without_a_pause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
