@@ -142,6 +142,11 @@ typedef struct wxg_guard_ticket {
      * cache (conf.done_cache). */
     int payload_tag;
     int payload_tag_set;
+    /* Set by claim: the SHA-256 of `key` (fingerprint_set = 1), so that the transitions need
+     * not hash the key again. A ticket built by hand leaves fingerprint_set 0; one whose key
+     * is changed must clear it. */
+    unsigned char fingerprint[32];
+    int fingerprint_set;
 } wxg_guard_ticket_t;
 
 /* A plugin that already finished on an earlier attempt, with the small result it recorded. */

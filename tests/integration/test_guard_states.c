@@ -13,6 +13,7 @@
 #include "guardtest.h"
 #include "testenv.h"
 #include "wxguard/guard.h"
+#include "wxguard/key.h"
 
 typedef struct fixture {
     char prefix[64];
@@ -73,6 +74,11 @@ static void claim_complete_then_every_claim_is_a_duplicate_with_mismatch_flag(vo
     assert_int_equal(c.attempt, 1);
     assert_int_equal(c.n_finished, 0);
     assert_int_equal(strlen(c.ticket.owner), WXG_GUARD_OWNER_LEN);
+    /* The ticket carries the key's fingerprint, so that complete need not hash it again. */
+    unsigned char fp[32];
+    assert_int_equal(wxg_sha256(key, strlen(key), fp), 0);
+    assert_int_equal(c.ticket.fingerprint_set, 1);
+    assert_memory_equal(c.ticket.fingerprint, fp, sizeof fp);
     int already = -1;
     assert_int_equal(wxg_guard_complete(f->g, &c.ticket, &already), 0);
     assert_int_equal(already, 0);

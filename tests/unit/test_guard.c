@@ -202,6 +202,56 @@ static void record_and_buckets_of_a_message_share_one_hash_tag(void **state)
     assert_memory_equal(k.field, fp + WXG__FIELD_OFFSET, (size_t)g.field_bytes);
 }
 
+/* Shard digits are fixed-width hex at every shard count, the sub-bucket plain decimal. */
+static void shard_tags_have_one_width_per_geometry(void **state)
+{
+    (void)state;
+    static const struct {
+        int bits;
+        unsigned char b0, b1;
+        const char *record;
+    } cases[] = {
+        {0, 0xFF, 0xFF, "p:{s0}:r:ffff0000000000000000000000000000"},
+        {1, 0x80, 0x00, "p:{s1}:r:80000000000000000000000000000000"},
+        {8, 0x0A, 0x00, "p:{s0a}:r:0a000000000000000000000000000000"},
+        {10, 0xFF, 0xC0, "p:{s3ff}:r:ffc00000000000000000000000000000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wxg_guard_conf_t c;
+        wxg_guard_conf_init(&c);
+        c.shard_bits = cases[i].bits;
+        c.done_selector_bits = 24;
+        wxg__guard_geom_t g;
+        char err[256];
+        assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
+        unsigned char fp[32] = {0};
+        fp[0] = cases[i].b0;
+        fp[1] = cases[i].b1;
+        wxg__guard_keys_t k;
+        assert_int_equal(wxg__guard_keys_build("p:", &g, fp, &k), 0);
+        assert_string_equal(k.record, cases[i].record);
+        assert_int_equal(k.record_len, strlen(cases[i].record));
+        char want[64];
+        size_t tag_end = strchr(cases[i].record, '}') - cases[i].record + 1;
+        snprintf(want, sizeof want, "%.*s:d:%llu:", (int)tag_end, cases[i].record,
+                 (unsigned long long)k.sub);
+        assert_string_equal(k.stem, want);
+        assert_int_equal(k.stem_len, strlen(want));
+    }
+    /* A prefix that leaves no room for the names is refused, not cut. */
+    wxg_guard_conf_t c;
+    wxg_guard_conf_init(&c);
+    wxg__guard_geom_t g;
+    char err[256];
+    assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
+    char prefix[WXG__KEY_MAX];
+    memset(prefix, 'x', sizeof prefix - 1);
+    prefix[sizeof prefix - 1] = '\0';
+    unsigned char fp[32] = {0};
+    wxg__guard_keys_t k;
+    assert_int_equal(wxg__guard_keys_build(prefix, &g, fp, &k), WXG_EINVAL);
+}
+
 static void distinct_keys_get_distinct_records_and_equal_keys_equal_names(void **state)
 {
     (void)state;
@@ -413,6 +463,7 @@ int main(void)
         cmocka_unit_test(pinned_selector_bits_override_the_rate),
         cmocka_unit_test(hostile_keys_map_to_fixed_safe_names_under_the_prefix),
         cmocka_unit_test(record_and_buckets_of_a_message_share_one_hash_tag),
+        cmocka_unit_test(shard_tags_have_one_width_per_geometry),
         cmocka_unit_test(distinct_keys_get_distinct_records_and_equal_keys_equal_names),
         cmocka_unit_test(payload_tag_is_a_signed_16_bit_number),
         cmocka_unit_test(prefixes_and_plugin_names_are_checked),
