@@ -295,6 +295,20 @@ static uint64_t fp_bits(const unsigned char fp[32], int from, int count)
     return v;
 }
 
+/* Writes v in decimal to out (room for 20 digits), without a terminator; returns the length. */
+static size_t put_dec(char *out, uint64_t v)
+{
+    char rev[20];
+    size_t n = 0;
+    do {
+        rev[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = rev[n - 1 - i];
+    return n;
+}
+
 int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
                           const unsigned char fp[32], wxg__guard_keys_t *out)
 {
@@ -312,13 +326,8 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
     for (int i = w - 1; i >= 0; i--)
         tag[tl++] = digits[(out->shard >> (4 * i)) & 15];
     tag[tl++] = '}';
-    char sub[24];
-    size_t sl = 0;
-    uint64_t v = out->sub;
-    do {
-        sub[sl++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char sub[20];
+    size_t sl = put_dec(sub, out->sub);
     size_t pl = strlen(prefix);
     /* record: prefix tag ":r:" 32 hex; stem: prefix tag ":d:" sub ":" */
     if (pl + tl + 3 + 32 >= sizeof out->record || pl + tl + 3 + sl + 1 >= sizeof out->stem)
@@ -334,8 +343,7 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
     memcpy(p + pl, tag, tl);
     memcpy(p + pl + tl, ":d:", 3);
     p += pl + tl + 3;
-    for (size_t i = 0; i < sl; i++)
-        p[i] = sub[sl - 1 - i];
+    memcpy(p, sub, sl);
     p[sl] = ':';
     p[sl + 1] = '\0';
     out->stem_len = pl + tl + 3 + sl + 1;
@@ -1273,13 +1281,8 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
         return rc;
     /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
      * owner and fence in one string comparison. Written by hand, as the names are. */
-    char fence[24];
-    size_t fl = 0;
-    uint64_t v = t->fence;
-    do {
-        fence[fl++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char fence[20];
+    size_t fl = put_dec(fence, t->fence);
     size_t n = 2 + WXG_GUARD_OWNER_LEN + 1 + fl + 1;
     if (n >= sizeof it->pfx)
         return WXG_EINVAL;
@@ -1288,8 +1291,8 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
     memcpy(p + 2, t->owner, WXG_GUARD_OWNER_LEN);
     p += 2 + WXG_GUARD_OWNER_LEN;
     *p++ = '|';
-    while (fl > 0)
-        *p++ = fence[--fl];
+    memcpy(p, fence, fl);
+    p += fl;
     *p++ = '|';
     *p = '\0';
     it->arg[0] = it->pfx;
