@@ -1436,13 +1436,15 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_list_destroy(l);
     }
     /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
-     *    arriving from now on are stale. Not while closing: there is no later assignment, and
-     *    librdkafka 2.0.2 may already have dropped these partitions (an assign served during
-     *    close becomes a full unassign); rd_kafka_resume_partitions() then waits without limit
-     *    for a reply from a partition nobody serves any more, and the close never returns. */
+     *    arriving from now on are stale. Not while stopping or closing: any later assignment
+     *    is paused at once anyway, and librdkafka 2.0.2 may already have dropped these
+     *    partitions (an assign served during close becomes a full unassign, and a revoke
+     *    during the drain can follow a lost membership: UNKNOWN_MEMBER_ID on its commit);
+     *    rd_kafka_resume_partitions() then waits without limit for a reply from a partition
+     *    nobody serves any more, and the stop never returns. */
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
-    for (size_t i = 0; res && !c->closing && i < nv; i++) {
+    for (size_t i = 0; res && !c->closing && !c->stopping && i < nv; i++) {
         if (v[i]->paused)
             res[nr++] = v[i];
     }
