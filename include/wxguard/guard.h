@@ -143,8 +143,8 @@ typedef struct wxg_guard_ticket {
     int payload_tag;
     int payload_tag_set;
     /* Set by claim: the SHA-256 of `key` (fingerprint_set = 1), so that the transitions need
-     * not hash the key again. A ticket built by hand leaves fingerprint_set 0; one whose key
-     * is changed must clear it. */
+     * not hash the key again. A ticket built by hand must be zeroed first (fingerprint_set 0:
+     * the key is hashed); a copy whose key is changed must clear fingerprint_set. */
     unsigned char fingerprint[32];
     int fingerprint_set;
 } wxg_guard_ticket_t;
