@@ -9,7 +9,8 @@
  *     handles rebalances (inside rd_kafka_consumer_poll), decodes records, dispatches their
  *     messages to the pool, pauses and resumes partitions, stores and commits watermarks. It
  *     never blocks for long: a full pool leaves messages on a local backlog (the pending list)
- *     while polling goes on; only a revoke waits, within its budget.
+ *     while polling goes on; a full backlog makes it wait for the workers for at most
+ *     BACKLOG_WAIT_MS (see Backpressure); only a revoke waits, within its budget.
  *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
  *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
  *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
