@@ -46,8 +46,8 @@
  * the fetcher only notices the resume at its next wake-up (a fetch reply, at most
  * fetch.wait.max.ms after a long poll, or its one-second tick). Pausing each time the pool
  * filled and resuming when it had almost drained left the workers idle for every refetch, and
- * even pausing only for a full backlog refetched every record about once (a quarter of the
- * replica's CPU when the workers are the bottleneck). So the pool's fill level pauses nothing:
+ * even pausing only for a full backlog made librdkafka fetch much of its prefetch again (with
+ * busy workers, a quarter of the replica's CPU). So the pool's fill level pauses nothing:
  * messages that find the pool full wait on the backlog; when the backlog reaches
  * queue_capacity messages the poll thread stops polling and waits for the workers (the pool's
  * low watermark wakes it), leaving what librdkafka prefetched where it is. Only a backlog that
