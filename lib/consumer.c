@@ -242,7 +242,6 @@ struct wxg_consumer_s {
     volatile sig_atomic_t stop;
     atomic_int stop_requested; /* the same, for other threads (readiness) */
     atomic_int fatal;
-    atomic_int pressure;
     /* Set by the pool's low-watermark callback, cleared by the poll thread when it wakes. */
     pthread_mutex_t room_mu;
     pthread_cond_t room_cv;
@@ -894,7 +893,6 @@ static void worker_cancelled(void *opaque, void *item)
 static void worker_pressure(void *opaque, int high)
 {
     wxg_consumer_t *c = opaque;
-    atomic_store(&c->pressure, high);
     if (high)
         return;
     /* Wake the poll thread: it may be waiting for room with a full backlog, or blocked in
