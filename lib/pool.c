@@ -16,9 +16,11 @@
  * Threads: workers take turns as the single "collector": it takes ready lanes into its batch and
  * waits on `collect_cv` for more until the batch is full, the first job's delay budget is
  * spent or the submitter says nothing more is coming (wxg_pool_submit_last); the other idle workers
- * wait on `follow_cv` for the collector role. Expired delays are moved to the ready list by
- * whichever worker holds the lock next, and the collector's wait is bounded by the earliest due
- * time, so a delayed job needs no extra thread. The run callback is called without the lock.
+ * wait on `follow_cv` for the collector role. A collector that already holds part of a batch is
+ * woken only when the ready lanes can complete it (`want`), not once per submitted job. Expired
+ * delays are moved to the ready list by whichever worker holds the lock next, and the collector's
+ * wait is bounded by the earliest due time, so a delayed job needs no extra thread. The run
+ * callback is called without the lock.
  *
  * Failure modes: a full pool refuses submits (WXG_EBUSY) instead of blocking the poll thread; a
  * new tag that cannot be counted for lack of memory refuses the submit with WXG_ENOMEM. A
@@ -109,7 +111,8 @@ struct wxg_pool_s {
     int closed;
     int stop;
     int collecting;
-    int flush; /* wxg_pool_submit_last: send partial batches now; the next submit ends it */
+    size_t want; /* ready lanes the waiting collector needs before a wake-up is worth its cost */
+    int flush;   /* wxg_pool_submit_last: send partial batches now; the next submit ends it */
     unsigned inited;
     int init_rc;
     char init_err[256];
@@ -265,7 +268,11 @@ static void ready_push(wxg_pool_t *p, lane *l, int64_t now)
         p->ready_head = l;
     p->ready_tail = l;
     p->nready++;
-    pthread_cond_signal(&p->collect_cv);
+    /* One wake-up per message would cost the collector a context switch for each job it adds to a
+     * batch that is still filling; it only needs waking once the batch can be completed (its
+     * deadline is a timed wait of its own). */
+    if (p->nready >= p->want)
+        pthread_cond_signal(&p->collect_cv);
 }
 
 static void ready_unlink(wxg_pool_t *p, lane *l)
@@ -379,11 +386,13 @@ static size_t collect(wxg_pool_t *p, worker *w)
         if (n == p->conf.batch_max || p->stop || (n > 0 && (now >= deadline || p->flush)))
             break;
         int64_t until = n > 0 ? deadline : now + 1000000;
+        p->want = n > 0 ? p->conf.batch_max - n : 1;
         if (p->nheap > 0 && p->heap[0]->due_us < until)
             until = p->heap[0]->due_us;
         timed_wait(&p->collect_cv, &p->mu, until);
     }
     p->collecting = 0;
+    p->want = 1;
     pthread_cond_signal(&p->follow_cv);
     p->running += n;
     return n;
@@ -513,6 +522,7 @@ wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
     if (!p)
         goto fail_alloc;
     p->conf = *conf;
+    p->want = 1;
     if (p->conf.high_watermark == 0)
         p->conf.high_watermark = p->conf.capacity;
     if (p->conf.low_watermark >= p->conf.high_watermark) {
@@ -659,7 +669,7 @@ static int submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item
         ready_push(p, l, now);
     /* With a batch's worth of jobs in the pool, batches fill without waiting anyway. */
     p->flush = last && p->count < p->conf.batch_max;
-    if (p->flush && !fresh)
+    if (p->flush)
         pthread_cond_signal(&p->collect_cv);
     if (!p->above && p->count >= p->conf.high_watermark) {
         p->above = 1;
