@@ -59,7 +59,8 @@ typedef struct chunk {
 
 typedef struct arena {
     chunk *head;
-    size_t first; /* capacity of the first chunk; 0: ARENA_CHUNK */
+    size_t first;    /* capacity of the first chunk; 0: ARENA_CHUNK */
+    chunk *borrowed; /* a chunk the arena uses but does not own (arena_lend), or NULL */
 } arena;
 
 #define ARENA_CHUNK 65536
@@ -124,10 +125,36 @@ static void arena_free(arena *a)
     chunk *c = a->head;
     while (c != NULL) {
         chunk *next = c->next;
-        free(c);
+        if (c != a->borrowed)
+            free(c);
         c = next;
     }
     a->head = NULL;
+    a->borrowed = NULL;
+}
+
+/* The scratch arena lives only while one decode runs, so its first chunk can be a buffer on the
+ * decoding thread's stack: a malloc and a free of a few KiB per record, both outside glibc's
+ * per-thread cache, were about a tenth of the consumer's poll thread (bench/e2e.md, runs N-P).
+ * Used only when the record's estimate fits (a larger record keeps the heap chunk it had), so a
+ * record that outgrows the buffer continues in ARENA_CHUNK blocks as before. */
+#define SCRATCH_STACK 8192
+
+typedef union scratch_buf {
+    chunk c;
+    unsigned char bytes[SCRATCH_STACK];
+} scratch_buf;
+
+static void arena_lend(arena *a, scratch_buf *buf, size_t first)
+{
+    a->first = first;
+    if (first > sizeof *buf - sizeof(chunk))
+        return;
+    buf->c.next = NULL;
+    buf->c.used = 0;
+    buf->c.cap = sizeof *buf - sizeof(chunk);
+    a->head = &buf->c;
+    a->borrowed = &buf->c;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -807,12 +834,17 @@ static int canon_tv(dctx *d, const jnode *n, tval *out)
 static draft *new_draft(dctx *d, wxg_format_t f, const char *raw, size_t raw_len)
 {
     if (d->ndrafts == d->capdrafts) {
+        /* The array grows in the scratch arena, which is freed as a whole with the decode; the
+         * outgrown copy stays there until then. */
         size_t cap = d->capdrafts ? d->capdrafts * 2 : 4;
-        draft *nd = realloc(d->drafts, cap * sizeof *nd);
+        draft *nd =
+            cap <= SIZE_MAX / sizeof *nd ? arena_alloc(&d->scratch, cap * sizeof *nd) : NULL;
         if (nd == NULL) {
             nomem(d);
             return NULL;
         }
+        if (d->ndrafts > 0)
+            memcpy(nd, d->drafts, d->ndrafts * sizeof *nd);
         d->drafts = nd;
         d->capdrafts = cap;
     }
@@ -1555,6 +1587,40 @@ static void id_problem(const draft *m, char *out, size_t outsz)
     }
 }
 
+/* out = a b c, cut to fit. The key reasons of the common keys are built for every message, and
+ * snprintf's format parsing cost more than the rest of their making. */
+static void join3(char *out, size_t cap, const char *a, const char *b, const char *c)
+{
+    const char *parts[3] = {a, b, c};
+    size_t n = 0;
+    for (size_t i = 0; i < 3 && cap > 0; i++) {
+        size_t len = strlen(parts[i]);
+        if (len > cap - 1 - n)
+            len = cap - 1 - n;
+        memcpy(out + n, parts[i], len);
+        n += len;
+    }
+    if (cap > 0)
+        out[n] = '\0';
+}
+
+/* The decimal text of t in out (at least 21 bytes). */
+static void put_i64(char *out, int64_t t)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = t < 0 ? 0 - (uint64_t)t : (uint64_t)t;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (t < 0)
+        tmp[n++] = '-';
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+}
+
 static int has_nul(const tval *v)
 {
     return tv_text(v) && memchr(v->p, '\0', v->n) != NULL;
@@ -1582,7 +1648,7 @@ static int finish(dctx *d, const draft *m, wxg_msg_view_t *v)
     v->create_time = time_ok ? t : 0;
     tval ctime_text = m->ctime;
     if (time_ok) {
-        snprintf(ct, sizeof ct, "%lld", (long long)t);
+        put_i64(ct, t);
         ctime_text = tv_str(ct, strlen(ct));
     }
     int id_ok = tv_text(&m->id) && wxg_id_check(m->id.p, m->id.n) == WXG_ID_OK;
@@ -1596,18 +1662,20 @@ static int finish(dctx *d, const draft *m, wxg_msg_view_t *v)
                               kf(&m->id)};
         rc = wxg_key_oa_event(key, sizeof key, acct, acct_len, &ev);
         v->key_kind = WXG_KEY_OA_EVENT;
-        snprintf(reason, sizeof reason,
-                 "event tuple (FromUserName, CreateTime, Event, EventKey, MsgID)%s", note);
+        join3(reason, sizeof reason,
+              "event tuple (FromUserName, CreateTime, Event, EventKey, MsgID)", note, "");
     } else if (m->oa == OA_MSG && id_ok && m->sender.n > 0 && time_ok) {
         rc = wxg_key_oa_msg(key, sizeof key, acct, acct_len, m->id.p, m->id.n, m->sender.p,
                             m->sender.n, t);
         v->key_kind = WXG_KEY_OA_MSG;
-        snprintf(reason, sizeof reason, "message tuple (%s, FromUserName, CreateTime)%s",
-                 m->id_path, note);
+        char what[120];
+        join3(what, sizeof what, "message tuple (", m->id_path ? m->id_path : "id",
+              ", FromUserName, CreateTime)");
+        join3(reason, sizeof reason, what, note, "");
     } else if (m->oa == 0 && id_ok) {
         rc = wxg_key_server(key, sizeof key, acct, acct_len, m->id.p, m->id.n);
         v->key_kind = WXG_KEY_SERVER_ID;
-        snprintf(reason, sizeof reason, "server id from %s%s", m->id_path, note);
+        join3(reason, sizeof reason, "server id from ", m->id_path ? m->id_path : "id", note);
     } else {
         const tval *body = m->body.kind != TV_ABSENT ? &m->body : &m->content;
         wxg_key_fingerprint_t fp = {
@@ -1730,7 +1798,8 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
     if (b == NULL)
         return nomem(&d);
     b->a.first = arena_size_for(len);
-    d.scratch.first = arena_size_for(len);
+    scratch_buf scratch_mem;
+    arena_lend(&d.scratch, &scratch_mem, arena_size_for(len));
     d.keep = &b->a;
     char *rec = arena_alloc(&b->a, len + 1);
     if (rec == NULL) {
@@ -1776,7 +1845,6 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
     }
     b->n = d.ndrafts;
 out:
-    free(d.drafts);
     arena_free(&d.scratch);
     if (d.err != 0) {
         wxg_batch_free(b);
@@ -1803,7 +1871,8 @@ int wxg_decode_oa_encrypt(const void *buf, size_t len, const wxg_decode_opts_t *
     dctx d;
     if (dctx_start(&d, opts, len, errstr, errstr_size) != 0)
         return d.err;
-    d.scratch.first = arena_size_for(len);
+    scratch_buf scratch_mem;
+    arena_lend(&d.scratch, &scratch_mem, arena_size_for(len));
     const char *rec = buf;
     size_t skip = skip_blank(rec, len);
     tval v[OA_NFIELDS];
