@@ -23,6 +23,8 @@
  * the same input, whatever bytes the fields hold.
  *
  * Every function here is pure and thread-safe. Pointers are borrowed for the duration of the call.
+ * The two hashing functions keep one digest context per calling thread (a few hundred bytes),
+ * made on its first hash and freed when the thread exits.
  * This module knows nothing of message formats; lib/msg.c applies it.
  */
 #ifndef WXGUARD_KEY_H
