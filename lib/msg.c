@@ -43,6 +43,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "recycle_int.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 
@@ -59,11 +60,52 @@ typedef struct chunk {
 
 typedef struct arena {
     chunk *head;
-    size_t first;    /* capacity of the first chunk; 0: ARENA_CHUNK */
-    chunk *borrowed; /* a chunk the arena uses but does not own (arena_lend), or NULL */
+    size_t first;              /* capacity of the first chunk; 0: ARENA_CHUNK */
+    chunk *borrowed;           /* a chunk the arena uses but does not own (arena_lend), or NULL */
+    wxg_decode_cache_t *cache; /* where freed chunks go for reuse, or NULL */
 } arena;
 
 #define ARENA_CHUNK 65536
+
+/* Chunks of 1..CACHE_CLASSES KiB (the sizes arena_size_for gives records of up to about 3.8 KB)
+ * are kept by a decode cache, one list per size. */
+#define CACHE_CLASS     1024
+#define CACHE_CLASSES   16
+#define CACHE_MIN_BYTES ((size_t)64 << 10)
+
+struct wxg_decode_cache_s {
+    wxg__recycle_t cls[CACHE_CLASSES];
+};
+
+wxg_decode_cache_t *wxg_decode_cache_new(size_t max_bytes)
+{
+    wxg_decode_cache_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    if (max_bytes < CACHE_MIN_BYTES)
+        max_bytes = CACHE_MIN_BYTES;
+    /* Each size may hold the whole budget: a consumer's records are mostly of one size. */
+    for (size_t i = 0; i < CACHE_CLASSES; i++)
+        c->cls[i].max = max_bytes / ((i + 1) * CACHE_CLASS + sizeof(chunk));
+    return c;
+}
+
+void wxg_decode_cache_free(wxg_decode_cache_t *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < CACHE_CLASSES; i++)
+        wxg__recycle_drain(&c->cls[i]);
+    free(c);
+}
+
+/* The cache's list for chunks of capacity cap, or NULL when such chunks are not kept. */
+static wxg__recycle_t *cache_class(wxg_decode_cache_t *c, size_t cap)
+{
+    if (c == NULL || cap % CACHE_CLASS != 0 || cap == 0 || cap > CACHE_CLASSES * CACHE_CLASS)
+        return NULL;
+    return &c->cls[cap / CACHE_CLASS - 1];
+}
 
 /* The first chunk of an arena is sized from the record (arena_size_for) rather than taken at
  * ARENA_CHUNK: a consumer decodes one record of a few hundred bytes at a time, and two 64 KiB
@@ -89,7 +131,10 @@ static void *arena_alloc(arena *a, size_t n)
     if (c == NULL || c->cap - c->used < n) {
         size_t want = c == NULL && a->first ? a->first : ARENA_CHUNK;
         size_t cap = n > want ? n : want;
-        c = malloc(sizeof(chunk) + cap);
+        wxg__recycle_t *kept = cache_class(a->cache, cap);
+        c = kept ? wxg__recycle_pop(kept, sizeof(chunk) + cap) : NULL;
+        if (c == NULL)
+            c = malloc(sizeof(chunk) + cap);
         if (c == NULL)
             return NULL;
         c->used = 0;
@@ -125,7 +170,8 @@ static void arena_free(arena *a)
     chunk *c = a->head;
     while (c != NULL) {
         chunk *next = c->next;
-        if (c != a->borrowed)
+        wxg__recycle_t *kept = cache_class(a->cache, c->cap);
+        if (c != a->borrowed && !(kept && wxg__recycle_push(kept, c, sizeof(chunk) + c->cap)))
             free(c);
         c = next;
     }
@@ -1794,10 +1840,13 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
     if (dctx_start(&d, opts, len, errstr, errstr_size) != 0)
         return d.err;
 
-    wxg_batch_t *b = calloc(1, sizeof *b);
+    /* The batch lives in its own arena's first chunk: one allocation per record. */
+    arena keep = {.first = arena_size_for(len), .cache = opts ? opts->cache : NULL};
+    wxg_batch_t *b = arena_alloc(&keep, sizeof *b);
     if (b == NULL)
         return nomem(&d);
-    b->a.first = arena_size_for(len);
+    memset(b, 0, sizeof *b);
+    b->a = keep;
     scratch_buf scratch_mem;
     arena_lend(&d.scratch, &scratch_mem, arena_size_for(len));
     d.keep = &b->a;
@@ -1925,8 +1974,8 @@ void wxg_batch_free(wxg_batch_t *b)
 {
     if (b == NULL)
         return;
-    arena_free(&b->a);
-    free(b);
+    arena a = b->a; /* b itself lives in one of the arena's chunks */
+    arena_free(&a);
 }
 
 static const char *const format_names[] = {"auto",   "wkteam",  "gewe",

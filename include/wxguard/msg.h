@@ -75,10 +75,28 @@ typedef struct wxg_msg_view {
     size_t raw_len;
 } wxg_msg_view_t;
 
+/* Memory a thread that decodes many records reuses from one batch to the next: the chunks of
+ * freed batches are kept (up to a byte budget) instead of going back to malloc. Optional; the
+ * consumer's poll thread uses one.
+ *
+ * Ownership and threads: the creator frees it with wxg_decode_cache_free(), after every batch
+ * decoded with it has been freed. It has no lock: decoding with it and freeing its batches must
+ * happen on one thread at a time. */
+typedef struct wxg_decode_cache_s wxg_decode_cache_t;
+
+/* A cache that keeps at most about max_bytes of freed chunks (at least 64 KiB). NULL when out of
+ * memory. */
+WXG_EXPORT wxg_decode_cache_t *wxg_decode_cache_new(size_t max_bytes);
+
+/* Frees the cache and the chunks it kept. Accepts NULL. */
+WXG_EXPORT void wxg_decode_cache_free(wxg_decode_cache_t *c);
+
 typedef struct wxg_decode_opts {
     wxg_format_t format; /* WXG_FORMAT_AUTO detects from the content */
     size_t max_bytes;    /* size cap checked before parsing; 0 = default (1 MiB) */
     int max_depth;       /* nesting cap; 0 = default (32); values above 512 are treated as 512 */
+    wxg_decode_cache_t *cache; /* NULL, or where the batch takes its memory from and gives it
+                                  back to in wxg_batch_free() (see wxg_decode_cache_t) */
 } wxg_decode_opts_t;
 
 #define WXG_DECODE_DEFAULT_MAX_BYTES ((size_t)1 << 20)
@@ -115,7 +133,8 @@ WXG_EXPORT size_t wxg_batch_count(const wxg_batch_t *b);
 /* Message i of b, or NULL when i is out of range. Valid until wxg_batch_free(b). */
 WXG_EXPORT const wxg_msg_view_t *wxg_batch_msg(const wxg_batch_t *b, size_t i);
 
-/* Frees b and every view in it. Accepts NULL. */
+/* Frees b and every view in it (to its decode cache, when it was decoded with one: then on the
+ * cache's thread rules). Accepts NULL. */
 WXG_EXPORT void wxg_batch_free(wxg_batch_t *b);
 
 /* "wkteam", "gewe", "oa-xml", "oa-json", "generic", "auto" (static; "unknown" otherwise). */

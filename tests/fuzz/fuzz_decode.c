@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                            WXG_FORMAT_GEWE,    WXG_FORMAT_OA_XML,
                                            WXG_FORMAT_OA_JSON, WXG_FORMAT_GENERIC};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0] * 2; i++) {
-        wxg_decode_opts_t o = {formats[i % 6], 0, i >= 6 ? 4 : 0};
+        wxg_decode_opts_t o = {.format = formats[i % 6], .max_depth = i >= 6 ? 4 : 0};
         wxg_batch_t *b = NULL;
         char err[256];
         int rc = wxg_decode(data, size, &o, &b, err, sizeof err);

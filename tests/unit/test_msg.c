@@ -58,7 +58,7 @@ static char *read_sample(const char *name, size_t *len)
 /* Decodes and expects success; the caller frees the batch. */
 static wxg_batch_t *decode_ok_f(const char *buf, size_t len, wxg_format_t f)
 {
-    wxg_decode_opts_t o = {f, 0, 0};
+    wxg_decode_opts_t o = {.format = f};
     wxg_batch_t *b = NULL;
     char err[256];
     int rc = wxg_decode(buf, len, &o, &b, err, sizeof err);
@@ -168,7 +168,7 @@ static void every_sample_gives_the_key_in_the_manifest(void **state)
         assert_int_equal(wxg_format_parse(r->format, &f), 0);
         size_t len;
         char *buf = read_sample(r->file, &len);
-        wxg_decode_opts_t o = {f, 0, 0};
+        wxg_decode_opts_t o = {.format = f};
         wxg_batch_t *b = NULL;
         char err[256];
         int rc = wxg_decode(buf, len, &o, &b, err, sizeof err);
@@ -868,7 +868,7 @@ static void depth_bombs_are_refused_with_edepth(void **state)
     free(x);
     /* The cap is configurable; within it the document decodes. */
     const char *three = "{\"wcId\":\"b\",\"data\":{\"x\":{\"y\":1},\"newMsgId\":5}}";
-    wxg_decode_opts_t o = {WXG_FORMAT_AUTO, 0, 2};
+    wxg_decode_opts_t o = {.format = WXG_FORMAT_AUTO, .max_depth = 2};
     decode_err_n(three, strlen(three), &o, WXG_EDEPTH);
     o.max_depth = 3;
     wxg_batch_t *b = NULL;
@@ -888,7 +888,7 @@ static void oversized_records_are_refused_before_parsing(void **state)
     assert_non_null(strstr(why, "limit"));
     free(s);
     const char *w1 = "{\"wcId\":\"b\",\"data\":{\"newMsgId\":5}}";
-    wxg_decode_opts_t o = {WXG_FORMAT_AUTO, 10, 0};
+    wxg_decode_opts_t o = {.format = WXG_FORMAT_AUTO, .max_bytes = 10};
     decode_err_n(w1, strlen(w1), &o, WXG_ETOOBIG);
     o.max_bytes = strlen(w1);
     wxg_batch_t *b = NULL;
@@ -946,7 +946,7 @@ static void forcing_a_format_skips_detection(void **state)
     (void)state;
     size_t len;
     char *buf = read_sample("W1.json", &len);
-    wxg_decode_opts_t o = {WXG_FORMAT_WKTEAM, 0, 0};
+    wxg_decode_opts_t o = {.format = WXG_FORMAT_WKTEAM};
     wxg_batch_t *b = NULL;
     assert_int_equal(wxg_decode(buf, len, &o, &b, NULL, 0), 0);
     assert_string_equal(only(b)->key, "wxid_fakebot000001:n:7301234567890123457");
@@ -1072,6 +1072,76 @@ static void concurrent_decodes_agree(void **state)
     }
 }
 
+/* A decode cache changes where a batch's memory comes from, never what it holds: every view
+ * equals the one decoded without a cache, while batches are freed out of order, after decode
+ * errors, and for a record too big for the cached sizes. */
+static void a_decode_cache_gives_the_same_views(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"W1.json",   "O1.xml",  "G5.json", "O2.xml",
+                                        "GEN1.json", "E1.json", "O6.json"};
+    enum { NFILES = sizeof files / sizeof files[0], RING = 5, ROUNDS = 60 };
+    char *bufs[NFILES];
+    size_t lens[NFILES];
+    wxg_batch_t *plain[NFILES];
+    for (size_t i = 0; i < NFILES; i++) {
+        bufs[i] = read_sample(files[i], &lens[i]);
+        plain[i] = decode_ok_f(bufs[i], lens[i], WXG_FORMAT_AUTO);
+    }
+    wxg_decode_cache_t *cache = wxg_decode_cache_new(0);
+    assert_non_null(cache);
+    wxg_decode_opts_t o = {.format = WXG_FORMAT_AUTO, .cache = cache};
+    wxg_batch_t *ring[RING] = {NULL};
+    char err[256];
+    for (size_t n = 0; n < ROUNDS; n++) {
+        size_t f = n % NFILES, slot = (n * 3) % RING;
+        wxg_batch_free(ring[slot]);
+        ring[slot] = NULL;
+        if (n % 7 == 3) {
+            /* A record that fails keeps nothing and gives its memory back. */
+            wxg_batch_t *bad = NULL;
+            assert_int_equal(wxg_decode("{\"a\":", 5, &o, &bad, err, sizeof err), WXG_EPARSE);
+            assert_null(bad);
+        }
+        assert_int_equal(wxg_decode(bufs[f], lens[f], &o, &ring[slot], err, sizeof err), 0);
+        assert_int_equal(wxg_batch_count(ring[slot]), wxg_batch_count(plain[f]));
+        for (size_t i = 0; i < wxg_batch_count(plain[f]); i++) {
+            const wxg_msg_view_t *a = wxg_batch_msg(plain[f], i), *b = wxg_batch_msg(ring[slot], i);
+            assert_string_equal(a->key, b->key);
+            assert_string_equal(a->key_reason, b->key_reason);
+            assert_string_equal(a->account, b->account);
+            assert_int_equal(a->content_len, b->content_len);
+            assert_memory_equal(a->content, b->content, a->content_len);
+            assert_memory_equal(a->payload_hash, b->payload_hash, sizeof a->payload_hash);
+        }
+    }
+    for (size_t i = 0; i < RING; i++)
+        wxg_batch_free(ring[i]);
+
+    /* Larger than any cached chunk size: the batch takes ordinary chunks and still frees them. */
+    size_t big = 20000;
+    char *rec = malloc(big + 200);
+    assert_non_null(rec);
+    int head = snprintf(rec, 200,
+                        "{\"account\":\"wxid_bot\",\"msg_id\":\"42\",\"conversation\":\"c\","
+                        "\"sender\":\"s\",\"create_time\":1700000000,\"type\":\"text\","
+                        "\"content\":\"");
+    memset(rec + head, 'x', big);
+    memcpy(rec + head + big, "\"}", 2);
+    wxg_batch_t *b = NULL;
+    o.format = WXG_FORMAT_GENERIC;
+    assert_int_equal(wxg_decode(rec, (size_t)head + big + 2, &o, &b, err, sizeof err), 0);
+    assert_int_equal(wxg_batch_msg(b, 0)->content_len, big);
+    wxg_batch_free(b);
+    free(rec);
+
+    wxg_decode_cache_free(cache);
+    for (size_t i = 0; i < NFILES; i++) {
+        wxg_batch_free(plain[i]);
+        free(bufs[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1122,6 +1192,7 @@ int main(void)
         cmocka_unit_test(format_names_round_trip),
         cmocka_unit_test(bad_arguments_are_einval),
         cmocka_unit_test(concurrent_decodes_agree),
+        cmocka_unit_test(a_decode_cache_gives_the_same_views),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
