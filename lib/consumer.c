@@ -87,6 +87,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "recycle_int.h"
 #include "wxguard/donecache.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
@@ -108,6 +109,11 @@
 #define C2C_RING             2048
 #define LAT_BUCKETS          128
 #define KEY_LOG_MAX          160
+#define CACHE_LINE           64
+/* Memory the poll thread keeps for reuse instead of freeing (recycle_int.h): chunks of decoded
+ * batches, and the bookkeeping of one-message records. */
+#define DECODE_CACHE_BYTES ((size_t)4 << 20)
+#define SPARE_REC_BYTES    ((size_t)2 << 20)
 
 enum { PH_CLAIM = 0, PH_COMPLETE, PH_DLQ, PH_FAILMARK };
 enum { OUT_ACTIVE = 0, OUT_OK, OUT_RETRY, OUT_FAIL, OUT_LOST };
@@ -235,9 +241,17 @@ struct wxg_consumer_s {
     cpart *last_part;
     job *pending_head, *pending_tail;
     size_t npending;
+    /* Poll thread only (or the destroyer, once no worker runs), like the frees below: the decode
+     * cache its batches come from and go back to, and freed one-message records. */
+    wxg_decode_cache_t *decode_cache;
+    wxg__recycle_t spare_recs;
     /* Records whose last reference was dropped, waiting for the poll thread to free them (see
-     * rec_release). Pushed by any thread, taken whole by the poll thread. */
+     * rec_release). Pushed by any thread, taken whole by the poll thread. Every worker writes it
+     * for every record, so it has a cache line to itself: beside the poll thread's fields above,
+     * each push stalled the poll thread's next access to them (false sharing). */
+    char pad_released_before[CACHE_LINE];
     _Atomic(rec *) released;
+    char pad_released_after[CACHE_LINE];
 
     volatile sig_atomic_t stop;
     atomic_int stop_requested; /* the same, for other threads (readiness) */
@@ -260,10 +274,13 @@ struct wxg_consumer_s {
     size_t window_limit;
 
     cmetrics m;
-    /* Internal counters that have no metric of their own. */
+    /* Internal counters that have no metric of their own. The poll thread's (written per
+     * record) and the workers' (written per batch) are a cache line apart, for the reason given
+     * at `released`. */
     atomic_uint_fast64_t messages, offsets_stored, store_state, offsets_committed, stale_finishes;
     atomic_size_t pending_n;
     atomic_int_fast64_t lag;
+    char pad_counters[CACHE_LINE];
     atomic_uint_fast64_t round_trips, batches, batched_jobs;
 
     /* Readiness. */
@@ -361,7 +378,13 @@ void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
 
 /* ---- records and jobs ---- */
 
-static void rec_free(rec *r)
+/* The size of a record with room for n jobs; records of one job are recycled (spare_recs). */
+static size_t rec_size(size_t n)
+{
+    return sizeof(rec) + (n ? n : 1) * sizeof(job);
+}
+
+static void rec_free(wxg_consumer_t *c, rec *r)
 {
     for (size_t i = 0; i < r->njobs; i++)
         free(r->jobs[i].fail_reason);
@@ -369,7 +392,8 @@ static void rec_free(rec *r)
     free(r->decode_reason);
     if (r->rkm)
         rd_kafka_message_destroy(r->rkm);
-    free(r);
+    if (r->njobs > 1 || !wxg__recycle_push(&c->spare_recs, r, rec_size(1)))
+        free(r);
 }
 
 /* Frees the records released so far. Poll thread (or the destroyer, once no worker runs). */
@@ -378,7 +402,7 @@ static void free_released(wxg_consumer_t *c)
     rec *r = atomic_exchange(&c->released, NULL);
     while (r) {
         rec *next = r->fnext;
-        rec_free(r);
+        rec_free(c, r);
         r = next;
     }
 }
@@ -1554,13 +1578,19 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         rd_kafka_message_destroy(m);
         return;
     }
-    wxg_decode_opts_t opts = {
-        .format = c->conf.format, .max_bytes = c->conf.max_message_bytes, .max_depth = 0};
+    wxg_decode_opts_t opts = {.format = c->conf.format,
+                              .max_bytes = c->conf.max_message_bytes,
+                              .max_depth = 0,
+                              .cache = c->decode_cache};
     char err[256] = "";
     wxg_batch_t *batch = NULL;
     int derr = wxg_decode(m->payload, m->len, &opts, &batch, err, sizeof err);
     size_t nmsg = derr == 0 ? wxg_batch_count(batch) : 1;
-    rec *r = calloc(1, sizeof *r + (nmsg ? nmsg : 1) * sizeof(job));
+    rec *r = nmsg <= 1 ? wxg__recycle_pop(&c->spare_recs, rec_size(1)) : NULL;
+    if (r)
+        memset(r, 0, rec_size(1));
+    else
+        r = calloc(1, rec_size(nmsg));
     if (!r) {
         /* Leave the offset unfinished: the watermark stops here and nothing is lost. */
         atomic_store(&c->fatal, WXG_ENOMEM);
@@ -1998,6 +2028,12 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
             goto fail;
         c->guard_conf.done_cache = c->done_cache;
     }
+    c->decode_cache = wxg_decode_cache_new(DECODE_CACHE_BYTES);
+    if (!c->decode_cache) {
+        snprintf(errstr, errstr_size, "consumer: out of memory");
+        goto fail;
+    }
+    c->spare_recs.max = SPARE_REC_BYTES / rec_size(1);
     c->nplugins = wxg_plugin_chain_count(conf->chain);
     c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
     if (pthread_mutex_init(&c->ready_mu, NULL) != 0) {
@@ -2388,5 +2424,8 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
         free(c->topics[i]);
     free(c->topics);
     free(c->group_id);
+    free_released(c); /* anything the close gave back; the records hold cache memory */
+    wxg__recycle_drain(&c->spare_recs);
+    wxg_decode_cache_free(c->decode_cache);
     free(c);
 }
