@@ -2,7 +2,7 @@
 # --plot bench/e2e-workers.dat`. Run from the repository root: gnuplot bench/e2e-workers.gp
 set terminal pngcairo size 800,500 font "DejaVu Sans,11"
 set output "bench/e2e-workers.png"
-set title "End to end through wxguard-consumer (noop plugin, 30% duplicates, 200,000 records, run M)"
+set title "End to end through wxguard-consumer (noop plugin, 30% duplicates, 200,000 records, run N)"
 set xlabel "workers"
 set ylabel "messages/s"
 set logscale x 2

@@ -181,7 +181,7 @@ static void arena_free(arena *a)
 
 /* The scratch arena lives only while one decode runs, so its first chunk can be a buffer on the
  * decoding thread's stack: a malloc and a free of a few KiB per record, both outside glibc's
- * per-thread cache, were about a tenth of the consumer's poll thread (bench/e2e.md, runs N-P).
+ * per-thread cache, were about a tenth of the consumer's poll thread (bench/e2e.md, runs N-Q).
  * Used only when the record's estimate fits (a larger record keeps the heap chunk it had), so a
  * record that outgrows the buffer continues in ARENA_CHUNK blocks as before. */
 #define SCRATCH_STACK 8192
