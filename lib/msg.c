@@ -75,6 +75,8 @@ typedef struct arena {
 
 struct wxg_decode_cache_s {
     wxg__recycle_t cls[CACHE_CLASSES];
+    size_t bytes; /* kept, over every size */
+    size_t limit; /* the budget for `bytes` */
 };
 
 wxg_decode_cache_t *wxg_decode_cache_new(size_t max_bytes)
@@ -82,11 +84,11 @@ wxg_decode_cache_t *wxg_decode_cache_new(size_t max_bytes)
     wxg_decode_cache_t *c = calloc(1, sizeof *c);
     if (c == NULL)
         return NULL;
-    if (max_bytes < CACHE_MIN_BYTES)
-        max_bytes = CACHE_MIN_BYTES;
-    /* Each size may hold the whole budget: a consumer's records are mostly of one size. */
+    c->limit = max_bytes < CACHE_MIN_BYTES ? CACHE_MIN_BYTES : max_bytes;
+    /* One budget for all sizes (checked in cache_keep): a consumer's records are mostly of one
+     * size, which may then use all of it. */
     for (size_t i = 0; i < CACHE_CLASSES; i++)
-        c->cls[i].max = max_bytes / ((i + 1) * CACHE_CLASS + sizeof(chunk));
+        c->cls[i].max = SIZE_MAX;
     return c;
 }
 
@@ -99,12 +101,38 @@ void wxg_decode_cache_free(wxg_decode_cache_t *c)
     free(c);
 }
 
+size_t wxg_decode_cache_bytes(const wxg_decode_cache_t *c)
+{
+    return c ? c->bytes : 0;
+}
+
 /* The cache's list for chunks of capacity cap, or NULL when such chunks are not kept. */
 static wxg__recycle_t *cache_class(wxg_decode_cache_t *c, size_t cap)
 {
     if (c == NULL || cap % CACHE_CLASS != 0 || cap == 0 || cap > CACHE_CLASSES * CACHE_CLASS)
         return NULL;
     return &c->cls[cap / CACHE_CLASS - 1];
+}
+
+/* A kept chunk of capacity cap, or NULL. */
+static chunk *cache_take(wxg_decode_cache_t *c, size_t cap)
+{
+    wxg__recycle_t *l = cache_class(c, cap);
+    chunk *ch = l ? wxg__recycle_pop(l, sizeof(chunk) + cap) : NULL;
+    if (ch != NULL)
+        c->bytes -= sizeof(chunk) + cap;
+    return ch;
+}
+
+/* Keeps ch for reuse when its size is kept and the budget allows. 1 when kept. */
+static int cache_keep(wxg_decode_cache_t *c, chunk *ch)
+{
+    wxg__recycle_t *l = cache_class(c, ch->cap);
+    size_t size = sizeof(chunk) + ch->cap;
+    if (l == NULL || size > c->limit - c->bytes || !wxg__recycle_push(l, ch, size))
+        return 0;
+    c->bytes += size;
+    return 1;
 }
 
 /* The first chunk of an arena is sized from the record (arena_size_for) rather than taken at
@@ -131,8 +159,7 @@ static void *arena_alloc(arena *a, size_t n)
     if (c == NULL || c->cap - c->used < n) {
         size_t want = c == NULL && a->first ? a->first : ARENA_CHUNK;
         size_t cap = n > want ? n : want;
-        wxg__recycle_t *kept = cache_class(a->cache, cap);
-        c = kept ? wxg__recycle_pop(kept, sizeof(chunk) + cap) : NULL;
+        c = cache_take(a->cache, cap);
         if (c == NULL)
             c = malloc(sizeof(chunk) + cap);
         if (c == NULL)
@@ -170,8 +197,7 @@ static void arena_free(arena *a)
     chunk *c = a->head;
     while (c != NULL) {
         chunk *next = c->next;
-        wxg__recycle_t *kept = cache_class(a->cache, c->cap);
-        if (c != a->borrowed && !(kept && wxg__recycle_push(kept, c, sizeof(chunk) + c->cap)))
+        if (c != a->borrowed && !cache_keep(a->cache, c))
             free(c);
         c = next;
     }

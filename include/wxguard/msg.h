@@ -91,6 +91,9 @@ WXG_EXPORT wxg_decode_cache_t *wxg_decode_cache_new(size_t max_bytes);
 /* Frees the cache and the chunks it kept. Accepts NULL. */
 WXG_EXPORT void wxg_decode_cache_free(wxg_decode_cache_t *c);
 
+/* The bytes the cache keeps now (0 for NULL), never more than its budget. Same thread rules. */
+WXG_EXPORT size_t wxg_decode_cache_bytes(const wxg_decode_cache_t *c);
+
 typedef struct wxg_decode_opts {
     wxg_format_t format; /* WXG_FORMAT_AUTO detects from the content */
     size_t max_bytes;    /* size cap checked before parsing; 0 = default (1 MiB) */
