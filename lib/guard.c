@@ -295,20 +295,6 @@ static uint64_t fp_bits(const unsigned char fp[32], int from, int count)
     return v;
 }
 
-/* Writes v in decimal to out (room for 20 digits), without a terminator; returns the length. */
-static size_t put_dec(char *out, uint64_t v)
-{
-    char rev[20];
-    size_t n = 0;
-    do {
-        rev[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = rev[n - 1 - i];
-    return n;
-}
-
 int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
                           const unsigned char fp[32], wxg__guard_keys_t *out)
 {
@@ -327,7 +313,7 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
         tag[tl++] = digits[(out->shard >> (4 * i)) & 15];
     tag[tl++] = '}';
     char sub[20];
-    size_t sl = put_dec(sub, out->sub);
+    size_t sl = wxg__put_dec(sub, out->sub);
     size_t pl = strlen(prefix);
     /* record: prefix tag ":r:" 32 hex; stem: prefix tag ":d:" sub ":" */
     if (pl + tl + 3 + 32 >= sizeof out->record || pl + tl + 3 + sl + 1 >= sizeof out->stem)
@@ -1282,7 +1268,7 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
     /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
      * owner and fence in one string comparison. Written by hand, as the names are. */
     char fence[20];
-    size_t fl = put_dec(fence, t->fence);
+    size_t fl = wxg__put_dec(fence, t->fence);
     size_t n = 2 + WXG_GUARD_OWNER_LEN + 1 + fl + 1;
     if (n >= sizeof it->pfx)
         return WXG_EINVAL;

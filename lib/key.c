@@ -105,6 +105,19 @@ void wxg__to_hex(const unsigned char *d, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+size_t wxg__put_dec(char *out, uint64_t v)
+{
+    char rev[20];
+    size_t n = 0;
+    do {
+        rev[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = rev[n - 1 - i];
+    return n;
+}
+
 /* SHA-256 fetched from OpenSSL's provider once per process. Passing EVP_sha256() makes OpenSSL 3
  * look the implementation up again on every hash (about 200 ns, more than hashing a short key:
  * 126 against 335 ns per key measured on the benchmark machine), and every message is hashed

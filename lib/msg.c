@@ -43,6 +43,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "key_int.h"
 #include "recycle_int.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
@@ -1676,20 +1677,13 @@ static void join3(char *out, size_t cap, const char *a, const char *b, const cha
         out[n] = '\0';
 }
 
-/* The decimal text of t in out (at least 21 bytes). */
+/* The decimal text of t in out (at least 22 bytes). */
 static void put_i64(char *out, int64_t t)
 {
-    char tmp[24];
     size_t n = 0;
-    uint64_t u = t < 0 ? 0 - (uint64_t)t : (uint64_t)t;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u > 0);
     if (t < 0)
-        tmp[n++] = '-';
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
+        out[n++] = '-';
+    n += wxg__put_dec(out + n, t < 0 ? 0 - (uint64_t)t : (uint64_t)t);
     out[n] = '\0';
 }
 
