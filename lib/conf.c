@@ -151,6 +151,10 @@ static const wxg_conf_keydef_t keys[] = {
     KDUR("redis.connect.timeout.ms", "2s", 1, 1 * MIN, C_ | T_, "Timeout for connecting to Redis."),
     KDUR("redis.command.timeout.ms", "2s", 1, 1 * MIN, C_ | T_,
          "Timeout for one Redis command or script call."),
+    KDUR("redis.probe.interval.ms", "5s", 0, 1 * MIN, C_,
+         "An idle consumer sends PING after this long without any Redis contact of its lease "
+         "watchdog, so that /readyz and wxg_redis_reachable notice a Redis outage with no "
+         "message in flight; 0 turns the probe off."),
     {.name = "redis.key.prefix",
      .type = WXG_CONF_STRING,
      .def = "wxg",

@@ -192,7 +192,7 @@ typedef struct cmetrics {
     wxg_metric_t *records, *decode_errors, *claims[CL_N], *mismatches, *guard_errors[GE_N];
     wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost, *commits;
     wxg_metric_t *commit_failures, *assigns, *revokes, *revoke_timeouts;
-    wxg_metric_t *inflight, *queue, *assigned, *paused, *oldest, *stalled;
+    wxg_metric_t *inflight, *queue, *assigned, *paused, *oldest, *stalled, *redis_up;
     wxg_metric_t *claim_seconds, *c2c_seconds;
     wxg_metric_t *cache_hits, *cache_entries, *cache_evictions;
     wxg_metric_t **plugin_results; /* nplugins * PR_N */
@@ -288,6 +288,7 @@ struct wxg_consumer_s {
     atomic_int_fast64_t redis_ok_ms, redis_err_ms; /* latest whole guard call success/failure */
     atomic_int redis_err;                          /* the WXG_E* code of that failure */
     atomic_size_t stalled_n;
+    int redis_down_logged;    /* check_redis() logged an outage not yet over (poll thread) */
     pthread_mutex_t ready_mu; /* stall_reason */
     int ready_mu_init;
     char stall_reason[256];
@@ -373,6 +374,7 @@ void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
     conf->max_message_bytes = 1 << 20;
     conf->format = WXG_FORMAT_AUTO;
     conf->stall_timeout_ms = 300000;
+    conf->redis_probe_ms = 5000;
     conf->done_cache_entries = 65536;
 }
 
@@ -1757,6 +1759,45 @@ static void refresh_gauges(wxg_consumer_t *c)
     atomic_store(&c->batched_jobs, ps.batched_jobs);
 }
 
+/* Whether Redis counts as unreachable, for /readyz and wxg_redis_reachable: the latest contact
+ * decides, whichever came last of a worker's guard call and the watchdog's renewal or probe.
+ * Returns 0 when reachable, else the WXG_E* code of the latest failure, with *probe set when
+ * the watchdog saw it. A failure older than REDIS_DOWN_HOLD_MS with nothing since no longer
+ * counts; with the probe on, an outage refreshes its failure every probe interval, so this
+ * only lets an idle replica with the probe off become ready again after a blip. Any thread. */
+static int redis_down(wxg_consumer_t *c, int *probe)
+{
+    int64_t ok = atomic_load(&c->redis_ok_ms), bad = atomic_load(&c->redis_err_ms);
+    int code = atomic_load(&c->redis_err);
+    int64_t wok = 0, wbad = 0;
+    int wcode = wxg_guard_watchdog_health(c->wd, &wok, &wbad);
+    *probe = 0;
+    if (wok > ok)
+        ok = wok;
+    if (wbad > bad) {
+        bad = wbad;
+        code = wcode;
+        *probe = 1;
+    }
+    if (bad > ok && mono_ms() - bad < REDIS_DOWN_HOLD_MS)
+        return code ? code : WXG_ECONN;
+    return 0;
+}
+
+/* Keeps wxg_redis_reachable current and logs each change, so that an outage seen only by the
+ * probe of an idle replica leaves a trace too (poll thread). */
+static void check_redis(wxg_consumer_t *c)
+{
+    int probe = 0, down = redis_down(c, &probe);
+    if (down && !c->redis_down_logged)
+        wxg_log(WXG_LOG_WARN, "redis_unreachable", WXG_LS("error", wxg_strerror(down)),
+                WXG_LS("seen_by", probe ? "watchdog" : "worker"));
+    else if (!down && c->redis_down_logged)
+        wxg_log(WXG_LOG_INFO, "redis_reachable");
+    c->redis_down_logged = down != 0;
+    wxg_gauge_set(c->m.redis_up, down ? 0 : 1);
+}
+
 /* The stall detector (poll thread). A partition is stalled while its oldest record in flight,
  * or its backpressure pause, is older than stall_timeout_ms. Entering a stall (or a stall
  * moving on to another record) logs one line with the partition, offset and key; leaving it
@@ -1857,10 +1898,10 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
                  up < 0 ? "kafka: no connection state yet" : "kafka: no broker reachable");
         return 0;
     }
-    int64_t ok = atomic_load(&c->redis_ok_ms), bad = atomic_load(&c->redis_err_ms);
-    if (bad > ok && mono_ms() - bad < REDIS_DOWN_HOLD_MS) {
-        snprintf(reason, reason_size, "redis: the latest guard call failed (%s)",
-                 wxg_strerror(atomic_load(&c->redis_err)));
+    int probe = 0, down = redis_down(c, &probe);
+    if (down) {
+        snprintf(reason, reason_size, "redis: the latest %s failed (%s)",
+                 probe ? "probe or lease renewal" : "guard call", wxg_strerror(down));
         return 0;
     }
     size_t n = (size_t)wxg_gauge_value(c->m.assigned);
@@ -1944,6 +1985,10 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                   "Age of the oldest message in the worker pool.", NULL);
     m->stalled = wxg_metrics_gauge(r, "wxg_stalled",
                                    "1 while the stall detector holds /readyz false.", NULL);
+    m->redis_up = wxg_metrics_gauge(r, "wxg_redis_reachable",
+                                    "0 while the latest Redis contact (a guard call or the "
+                                    "watchdog's probe) failed, 1 otherwise.",
+                                    NULL);
     m->claim_seconds =
         wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
                               "One claim script call (a batch of messages).", NULL, 0, NULL);
@@ -1963,7 +2008,8 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
         !m->dlq_writes || !m->dlq_errors || !m->lease_lost || !m->commits || !m->commit_failures ||
         !m->assigns || !m->revokes || !m->revoke_timeouts || !m->inflight || !m->queue ||
         !m->assigned || !m->paused || !m->oldest || !m->stalled || !m->claim_seconds ||
-        !m->c2c_seconds || !m->cache_hits || !m->cache_entries || !m->cache_evictions)
+        !m->c2c_seconds || !m->cache_hits || !m->cache_entries || !m->cache_evictions ||
+        !m->redis_up)
         goto fail;
     size_t np = c->nplugins;
     m->plugin_results = calloc(np * PR_N + 1, sizeof *m->plugin_results);
@@ -1987,6 +2033,7 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     }
     /* Series that should show 0 from the start rather than appear later. */
     wxg_gauge_set(m->stalled, 0);
+    wxg_gauge_set(m->redis_up, 1); /* the workers' and the watchdog's guards just connected */
     return 0;
 fail:
     snprintf(errstr, errstr_size,
@@ -2110,6 +2157,7 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
     if (!c->wd)
         goto fail;
+    wxg_guard_watchdog_probe(c->wd, c->conf.redis_probe_ms);
 
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, errstr_size);
     if (!c->rk)
@@ -2316,6 +2364,7 @@ int wxg_consumer_run(wxg_consumer_t *c)
         }
         if (now - last_stall >= STALL_EVERY_MS) {
             check_stalls(c);
+            check_redis(c);
             last_stall = now;
         }
         if (now - last_stats >= STATS_EVERY_MS) {

@@ -2224,6 +2224,25 @@ static int admin_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *
     return rc;
 }
 
+int wxg_guard_ping(wxg_guard_t *g)
+{
+    if (!g)
+        return WXG_EINVAL;
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    redisReply *r = NULL;
+    int rc = admin_cmd(g, 1, argv, lens, &r);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_STATUS || r->len != 4 || memcmp(r->str, "PONG", 4) != 0) {
+        set_err(g->last_error, sizeof g->last_error, "unexpected answer to PING");
+        rc = WXG_EREDIS;
+        count_error(g, rc);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 /* Calls fn for every record of one peek reply element {now, fields, pttl}; a record gone since
  * SCAN saw it (no fields) is skipped. */
 static int scan_report(const redisReply *e, const redisReply *name, wxg_guard_scan_fn fn, void *arg)
@@ -2362,8 +2381,33 @@ struct wxg_guard_watchdog_s {
     int stop;
     struct wxg_guard_watch_s *head;
     int64_t lease_ms, max_extension_ms, owner_timeout_ms;
+    int64_t probe_ms; /* PING after this long without Redis contact; 0 = never (under mu) */
     atomic_ullong batches, renewals;
+    /* The latest Redis contact of the thread (a renewal batch or a probe), in mono_ms(). */
+    atomic_llong contact_ok_ms, contact_err_ms;
+    atomic_int contact_err;
 };
+
+static void watchdog_contact(wxg_guard_watchdog_t *wd, int rc)
+{
+    if (rc == 0) {
+        atomic_store(&wd->contact_ok_ms, mono_ms());
+    } else {
+        atomic_store(&wd->contact_err, rc);
+        atomic_store(&wd->contact_err_ms, mono_ms());
+    }
+}
+
+/* How long until the probe is due (0: now), or -1 when probing is off. Called with mu held. */
+static int64_t watchdog_probe_in(wxg_guard_watchdog_t *wd, int64_t now)
+{
+    if (wd->probe_ms <= 0)
+        return -1;
+    int64_t ok = atomic_load(&wd->contact_ok_ms), bad = atomic_load(&wd->contact_err_ms);
+    int64_t last = ok > bad ? ok : bad;
+    int64_t due = last + wd->probe_ms - now;
+    return due > 0 ? due : 0;
+}
 
 static void watch_free(struct wxg_guard_watch_s *w)
 {
@@ -2450,6 +2494,7 @@ static void *watchdog_main(void *arg)
             int64_t sent_at = mono_ms();
             int rc = wxg_guard_renew_batch(wd->g, t, n, res);
             atomic_fetch_add(&wd->batches, 1);
+            watchdog_contact(wd, rc);
             pthread_mutex_lock(&wd->mu);
             for (size_t i = 0; i < n; i++) {
                 struct wxg_guard_watch_s *w = due[i];
@@ -2473,8 +2518,18 @@ static void *watchdog_main(void *arg)
         }
         if (wd->stop)
             break;
+        /* With nothing to renew for a while, a PING keeps the thread's view of Redis fresh, so
+         * that an idle process can still tell that Redis went away (readiness). The guard's
+         * reconnect backoff bounds how often a dead server is dialled. */
+        int64_t probe_in = watchdog_probe_in(wd, mono_ms());
+        if (probe_in == 0) {
+            pthread_mutex_unlock(&wd->mu);
+            watchdog_contact(wd, wxg_guard_ping(wd->g));
+            pthread_mutex_lock(&wd->mu);
+            continue;
+        }
         struct timespec ts;
-        cond_deadline(&ts, tick);
+        cond_deadline(&ts, probe_in > 0 && probe_in < tick ? probe_in : tick);
         pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
     }
     pthread_mutex_unlock(&wd->mu);
@@ -2503,6 +2558,10 @@ wxg_guard_watchdog_t *wxg_guard_watchdog_new(const wxg_guard_conf_t *conf, int64
     wd->owner_timeout_ms = owner_timeout_ms > 0 ? owner_timeout_ms : 0;
     atomic_init(&wd->batches, 0);
     atomic_init(&wd->renewals, 0);
+    /* wxg_guard_new() has just connected: that is the first contact. */
+    atomic_init(&wd->contact_ok_ms, mono_ms());
+    atomic_init(&wd->contact_err_ms, 0);
+    atomic_init(&wd->contact_err, 0);
     if (pthread_mutex_init(&wd->mu, NULL) != 0) {
         rc = WXG_ENOMEM;
         set_err(errstr, errstr_size, "pthread_mutex_init failed");
@@ -2625,4 +2684,27 @@ void wxg_guard_watchdog_counts(wxg_guard_watchdog_t *wd, uint64_t *batches, uint
         *batches = atomic_load(&wd->batches);
     if (renewals)
         *renewals = atomic_load(&wd->renewals);
+}
+
+void wxg_guard_watchdog_probe(wxg_guard_watchdog_t *wd, int64_t every_ms)
+{
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd->probe_ms = every_ms > 0 ? every_ms : 0;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+int wxg_guard_watchdog_health(wxg_guard_watchdog_t *wd, int64_t *ok_ms, int64_t *err_ms)
+{
+    /* The failure's code is stored before its time, so a reader that sees the time sees at
+     * least that code (or a later failure's). */
+    int64_t bad = atomic_load(&wd->contact_err_ms);
+    int err = atomic_load(&wd->contact_err);
+    if (ok_ms)
+        *ok_ms = atomic_load(&wd->contact_ok_ms);
+    if (err_ms)
+        *err_ms = bad;
+    return err;
 }

@@ -230,6 +230,7 @@ int main(int argc, char **argv)
     if (wxg_format_parse(wxg_conf_get(conf, "consumer.format"), &cc.format) != 0)
         cc.format = WXG_FORMAT_AUTO;
     cc.stall_timeout_ms = wxg_conf_int(conf, "consumer.stall.timeout.ms");
+    cc.redis_probe_ms = wxg_conf_int(conf, "redis.probe.interval.ms");
     cc.done_cache_entries = (size_t)wxg_conf_int(conf, "guard.done.cache.entries");
     cc.guard = &gc;
     cc.chain = chain;

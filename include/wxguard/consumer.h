@@ -72,6 +72,11 @@ typedef struct wxg_consumer_conf {
     /* A partition stalls when its oldest message in flight, or its backpressure pause, is older
      * than this: /readyz turns false and one log line names the partition, offset and key. */
     int64_t stall_timeout_ms;
+    /* An idle replica's guard calls cannot tell it that Redis went away, so the lease watchdog
+     * sends PING after this long without any Redis contact of its own; the answer feeds
+     * /readyz and wxg_redis_reachable. 0 turns the probe off (readiness then rests on the
+     * workers' calls alone). Default 5 s. */
+    int64_t redis_probe_ms;
 
     const wxg_guard_conf_t *guard; /* copied fields are used by each worker's wxg_guard_new() */
     /* Entries of the near cache of DONE messages (docs/guard.md §10) that the consumer creates
@@ -156,9 +161,10 @@ WXG_EXPORT void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
  *     beyond the partition count is a ready spare, so that a rolling update can proceed);
  *   - Kafka is reachable: the dead-letter producer, which talks to the same cluster, has a
  *     broker up;
- *   - Redis is reachable: the latest guard call of the workers did not fail as a whole (a
- *     failure older than 30 s with no guard call since no longer counts: an idle replica
- *     has nothing to prove it by);
+ *   - Redis is reachable: the latest Redis contact did not fail, whichever came last of the
+ *     workers' guard calls (failed as a whole) and the watchdog's renewals and probes (see
+ *     redis_probe_ms). With the probe off, a failure older than 30 s with no guard call since
+ *     no longer counts: an idle replica would have nothing to prove Redis by;
  *   - nothing is stalled (see stall_timeout_ms), and the consumer is not stopping.
  * Never blocks; any thread, concurrently with run. */
 WXG_EXPORT int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size);

@@ -347,6 +347,13 @@ WXG_EXPORT void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out
  * until the next call on the handle. */
 WXG_EXPORT const char *wxg_guard_last_error(const wxg_guard_t *g);
 
+/* Sends PING and waits for its answer, connecting first when the handle has no connection (a
+ * call made during the reconnect backoff fails at once with WXG_ECONN, as every call does).
+ * Returns 0 when Redis answered PONG, else WXG_ECONN, WXG_ETIMEDOUT, WXG_EREDIS, WXG_EAUTH or
+ * WXG_ECONFIG (the layout stamp no longer matches), with wxg_guard_last_error() set. Counts one
+ * round trip. Same thread rules as every call on the handle. */
+WXG_EXPORT int wxg_guard_ping(wxg_guard_t *g);
+
 /* A description of the compact-marker layout this handle uses (for logs and the admin tool):
  * selector bits, fingerprint bytes, bucket width and the false-duplicate bound. */
 WXG_EXPORT int wxg_guard_describe_layout(const wxg_guard_t *g, char *buf, size_t size);
@@ -401,5 +408,18 @@ WXG_EXPORT void wxg_guard_watch_touch(wxg_guard_watch_t *w);
 /* Renewal batches sent and leases renewed so far (for tests and metrics). */
 WXG_EXPORT void wxg_guard_watchdog_counts(wxg_guard_watchdog_t *wd, uint64_t *batches,
                                           uint64_t *renewals);
+
+/* Makes the watchdog thread probe Redis while it has nothing to renew: when its connection has
+ * had no answer and no failure for every_ms, the thread sends PING (wxg_guard_ping()). 0 turns
+ * probing off, the default. Lets an idle process notice that Redis went away, which no worker
+ * call would tell it. Any thread. */
+WXG_EXPORT void wxg_guard_watchdog_probe(wxg_guard_watchdog_t *wd, int64_t every_ms);
+
+/* The watchdog thread's latest contact with Redis, from its renewal batches and probes.
+ * *ok_ms and *err_ms (either may be NULL) receive the CLOCK_MONOTONIC time in milliseconds of
+ * the latest success and the latest failure (0: none yet; creating the watchdog counts as a
+ * success). Returns the WXG_E* code of the latest failure, 0 when there was none; compare the
+ * two times to tell whether it is the latest contact. Lock-free; any thread. */
+WXG_EXPORT int wxg_guard_watchdog_health(wxg_guard_watchdog_t *wd, int64_t *ok_ms, int64_t *err_ms);
 
 #endif /* WXGUARD_GUARD_H */

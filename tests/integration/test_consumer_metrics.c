@@ -4,7 +4,10 @@
  *    once the replica holds its partitions;
  *  - a message whose plugin stalls longer than consumer.stall.timeout.ms (its lease renewed
  *    meanwhile) turns /readyz to 503 with a reason naming the partition and offset, logs one
- *    "stalled" line naming partition, offset and key, and readiness comes back when it ends. */
+ *    "stalled" line naming partition, offset and key, and readiness comes back when it ends;
+ *  - an idle replica notices a Redis outage through its watchdog's probe: /readyz turns 503
+ *    naming Redis, wxg_redis_reachable drops to 0 with one log line, and both come back when
+ *    Redis does. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -250,11 +253,77 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
     wxg_ct_teardown(&t);
 }
 
+/* Scrapes /metrics until `series` equals `want`, for at most timeout_ms (scaled). */
+static int wait_sample_is(int port, const char *series, double want, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (;;) {
+        char *b = NULL;
+        double v = get(port, "/metrics", &b) == 200 ? sample(b, series) : -1;
+        free(b);
+        if (v == want)
+            return 1;
+        if (wxg_test_now_ms() >= deadline)
+            return 0;
+        wxg_test_sleep_ms(100);
+    }
+}
+
+static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **state)
+{
+    (void)state;
+    wxg_test_redis_t redis;
+    assert_int_equal(wxg_test_redis_start(&redis, NULL), 0);
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-probe", 1);
+    t.redis_host = "127.0.0.1";
+    t.redis_port = redis.port;
+    int port = wxg_test_free_port();
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "metrics.listen = 127.0.0.1:%d\n"
+             "redis.probe.interval.ms = 200ms\n"
+             "redis.command.timeout.ms = 500ms\n"
+             "redis.connect.timeout.ms = 500ms\n",
+             port);
+    wxg_ct_write_config(&t, extra);
+    wxg_ct_spawn(&t, 0);
+    assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
+    assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 2000));
+
+    /* No message is in flight, so only the probe can see this. */
+    wxg_test_redis_kill(&redis);
+    char *body = NULL;
+    assert_true(wait_status(port, "/readyz", 503, 10000, &body));
+    assert_non_null(strstr(body, "redis: the latest probe or lease renewal failed"));
+    free(body);
+    assert_true(wait_sample_is(port, "wxg_redis_reachable", 0, 5000));
+    /* It stays unready while Redis stays away: each probe refreshes the failure. */
+    wxg_test_sleep_ms(1000);
+    assert_int_equal(get(port, "/readyz", NULL), 503);
+
+    assert_int_equal(wxg_test_redis_restart(&redis), 0);
+    assert_true(wait_status(port, "/readyz", 200, 15000, NULL));
+    assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 5000));
+
+    /* And it works: a message produced now is processed. */
+    wxg_ct_msg_t m = {.partition = 0, .id = ID_BASE + 900, .conv = 1};
+    wxg_ct_produce(&t, &m, 1);
+    assert_true(wxg_ct_wait_all_committed(&t, 30000, NULL));
+    int st = wxg_ct_signal(&t, 0, SIGTERM, 30000);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(wxg_ct_log_count(&t, 0, "event=redis_unreachable"), 1);
+    assert_int_equal(wxg_ct_log_count(&t, 0, "event=redis_reachable"), 1);
+    wxg_ct_teardown(&t);
+    wxg_test_redis_stop(&redis);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(counters_match_what_was_processed_and_readyz_turns_ready_once_assigned),
         cmocka_unit_test(a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends),
+        cmocka_unit_test(an_idle_replica_notices_a_redis_outage_through_its_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

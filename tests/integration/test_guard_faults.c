@@ -222,6 +222,104 @@ static void watchdog_flags_unsure_when_redis_stays_away_past_the_lease(void **st
     wxg_guard_claim_clear(&c);
 }
 
+/* The number of PING commands the server has answered so far (INFO commandstats). */
+static long long pings_answered(int port)
+{
+    redisContext *rc = gt_redis("127.0.0.1", port, NULL);
+    const char *argv[] = {"INFO", "commandstats"};
+    redisReply *r = gt_cmd(rc, 2, argv);
+    long long calls = 0;
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_ping:calls=") : NULL;
+    if (at)
+        calls = strtoll(at + strlen("cmdstat_ping:calls="), NULL, 10);
+    freeReplyObject(r);
+    redisFree(rc);
+    return calls;
+}
+
+static void ping_answers_while_redis_is_up_and_reconnects_after_a_restart(void **state)
+{
+    fixture *f = *state;
+    long long before = pings_answered(f->redis.port);
+    assert_int_equal(wxg_guard_ping(f->g), 0);
+    assert_true(pings_answered(f->redis.port) > before);
+    wxg_test_redis_kill(&f->redis);
+    int rc = wxg_guard_ping(f->g);
+    assert_true(rc == WXG_ECONN || rc == WXG_ETIMEDOUT);
+    assert_non_null(strstr(wxg_guard_last_error(f->g), "PING"));
+    assert_int_equal(wxg_guard_ping(NULL), WXG_EINVAL);
+    assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
+    int fails = 0;
+    RETRY(rc, fails, wxg_guard_ping(f->g));
+    assert_int_equal(rc, 0);
+}
+
+/* Waits until fn(wd) holds, polling every 10 ms for at most 10 s (scaled). */
+static int wait_health(wxg_guard_watchdog_t *wd, int (*fn)(wxg_guard_watchdog_t *, int64_t),
+                       int64_t since)
+{
+    int64_t end = wxg_test_now_ms() + 10000LL * wxg_test_scale();
+    while (!fn(wd, since)) {
+        if (wxg_test_now_ms() > end)
+            return 0;
+        wxg_test_sleep_ms(10);
+    }
+    return 1;
+}
+
+static int answered_after(wxg_guard_watchdog_t *wd, int64_t since)
+{
+    int64_t ok = 0, bad = 0;
+    wxg_guard_watchdog_health(wd, &ok, &bad);
+    return ok > since && ok > bad;
+}
+
+static int failed_after(wxg_guard_watchdog_t *wd, int64_t since)
+{
+    int64_t ok = 0, bad = 0;
+    wxg_guard_watchdog_health(wd, &ok, &bad);
+    return bad > since && bad > ok;
+}
+
+static void an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    wxg_guard_watchdog_t *wd = wxg_guard_watchdog_new(&f->conf, 0, 0, NULL, err, sizeof err);
+    assert_non_null(wd);
+    int64_t created = 0, bad = -1;
+    assert_int_equal(wxg_guard_watchdog_health(wd, &created, &bad), 0);
+    assert_true(created > 0);
+    assert_int_equal(bad, 0);
+
+    /* Off by default: nothing is sent while nothing is renewed. */
+    long long pings = pings_answered(f->redis.port);
+    wxg_test_sleep_ms(300);
+    assert_int_equal(pings_answered(f->redis.port), pings);
+    assert_false(answered_after(wd, created));
+
+    wxg_guard_watchdog_probe(wd, 50);
+    assert_true(wait_health(wd, answered_after, created));
+    assert_true(pings_answered(f->redis.port) > pings);
+
+    int64_t up_until = 0;
+    wxg_guard_watchdog_health(wd, &up_until, NULL);
+    wxg_test_redis_kill(&f->redis);
+    assert_true(wait_health(wd, failed_after, up_until));
+    int code = wxg_guard_watchdog_health(wd, NULL, &bad);
+    assert_true(code == WXG_ECONN || code == WXG_ETIMEDOUT);
+    /* Still down a while later: the failure is refreshed, not answered by a stale success. */
+    wxg_test_sleep_ms(300);
+    int64_t bad_later = 0;
+    wxg_guard_watchdog_health(wd, NULL, &bad_later);
+    assert_true(bad_later > bad);
+    assert_true(failed_after(wd, 0));
+
+    assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
+    assert_true(wait_health(wd, answered_after, bad_later));
+    wxg_guard_watchdog_destroy(wd);
+}
+
 static void unreachable_redis_at_start_is_a_retriable_connection_error(void **state)
 {
     fixture *f = *state;
@@ -248,6 +346,10 @@ int main(void)
             paused_redis_gives_retriable_timeouts_and_the_guard_recovers, setup, teardown),
         cmocka_unit_test_setup_teardown(watchdog_flags_unsure_when_redis_stays_away_past_the_lease,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            ping_answers_while_redis_is_up_and_reconnects_after_a_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_redis_at_start_is_a_retriable_connection_error,
                                         setup, teardown),
     };
