@@ -14,11 +14,15 @@
  * the +Inf bucket always equals _count; _sum is read separately and may include an observation
  * whose bucket was read a moment earlier, which Prometheus tolerates.
  *
+ * Process metrics (wxg_metrics_add_process) are not series: they are read from /proc at each
+ * render and appended after the families, so nothing has to keep them current between scrapes.
+ *
  * Failure modes: registration returns NULL on bad input, conflicts, too many series or no memory;
  * updates through a NULL handle do nothing; rendering returns WXG_ENOMEM.
  */
 #include "wxguard/metrics.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -26,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "wxguard/err.h"
 
@@ -67,6 +73,7 @@ struct wxg_metrics_s {
     family *first, *last;
     size_t nseries;
     hook *hooks;
+    atomic_int process; /* render the process_* families too */
 };
 
 static const double latency_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -645,6 +652,156 @@ static const char *type_word(wxg_metric_type_t t)
     return t == WXG_METRIC_COUNTER ? "counter" : t == WXG_METRIC_GAUGE ? "gauge" : "histogram";
 }
 
+/* ---- process metrics ----------------------------------------------------------------------- */
+
+/* Reads a small /proc file whole; returns its length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return (ssize_t)n;
+}
+
+/* The boot time in seconds since the epoch, from the btime line of /proc/stat; -1 if unknown. */
+static double boot_time(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    double bt = -1;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned long long v;
+        if (sscanf(line, "btime %llu", &v) == 1) {
+            bt = (double)v;
+            break;
+        }
+    }
+    fclose(f);
+    return bt;
+}
+
+static double count_fds(long pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd", pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    double n = 0;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        if (e->d_name[0] != '.')
+            n++;
+    }
+    closedir(d);
+    return n - 1; /* the descriptor opendir() itself holds while it reads */
+}
+
+/* The soft "Max open files" limit from /proc/PID/limits; -1 when unknown or unlimited. */
+static double max_fds(long pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/limits", pid);
+    if (read_small(path, buf, sizeof buf) < 0)
+        return -1;
+    const char *at = strstr(buf, "Max open files");
+    unsigned long long v;
+    if (at == NULL || sscanf(at + strlen("Max open files"), " %llu", &v) != 1)
+        return -1;
+    return (double)v;
+}
+
+int wxg_process_stats(long pid, wxg_process_stats_t *out)
+{
+    if (pid < 0 || out == NULL)
+        return WXG_EINVAL;
+    if (pid == 0)
+        pid = (long)getpid();
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    if (read_small(path, buf, sizeof buf) < 0)
+        return WXG_ENOTFOUND;
+    /* The command name (field 2) may hold spaces and parentheses: fields are counted after its
+     * last ')'. Fields 14-15 are utime and stime in clock ticks, 22 the start time in ticks
+     * after boot, 23 the virtual size in bytes, 24 the resident set in pages (proc(5)). */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st, start, vsize;
+    long long rss;
+    if (p == NULL || sscanf(p + 1,
+                            " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d "
+                            "%*d %*d %*d %llu %llu %lld",
+                            &ut, &st, &start, &vsize, &rss) != 5)
+        return WXG_ENOTFOUND;
+    long hz = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    if (hz <= 0)
+        hz = 100;
+    if (page <= 0)
+        page = 4096;
+    double bt = boot_time();
+    *out = (wxg_process_stats_t){
+        .cpu_seconds = (double)(ut + st) / (double)hz,
+        .resident_bytes = (double)rss * (double)page,
+        .virtual_bytes = (double)vsize,
+        .start_time_seconds = bt < 0 ? -1 : bt + (double)start / (double)hz,
+        .open_fds = count_fds(pid),
+        .max_fds = max_fds(pid),
+    };
+    return 0;
+}
+
+int wxg_metrics_add_process(wxg_metrics_t *reg)
+{
+    if (reg == NULL)
+        return WXG_EINVAL;
+    atomic_store(&reg->process, 1);
+    return 0;
+}
+
+static void render_process(sbuf *b)
+{
+    wxg_process_stats_t ps;
+    if (wxg_process_stats(0, &ps) != 0)
+        return;
+    const struct {
+        const char *name, *type, *help;
+        double v;
+    } rows[] = {
+        {"process_cpu_seconds_total", "counter", "User and system CPU time spent in seconds.",
+         ps.cpu_seconds},
+        {"process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+         ps.resident_bytes},
+        {"process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
+         ps.virtual_bytes},
+        {"process_start_time_seconds", "gauge",
+         "Start time of the process since the Unix epoch in seconds.", ps.start_time_seconds},
+        {"process_open_fds", "gauge", "Number of open file descriptors.", ps.open_fds},
+        {"process_max_fds", "gauge", "Maximum number of open file descriptors.", ps.max_fds},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (rows[i].v < 0)
+            continue;
+        char num[64];
+        format_double(rows[i].v, num, sizeof num);
+        sb_puts(b, "# HELP ");
+        sb_puts(b, rows[i].name);
+        sb_puts(b, " ");
+        sb_puts(b, rows[i].help);
+        sb_puts(b, "\n# TYPE ");
+        sb_puts(b, rows[i].name);
+        sb_puts(b, " ");
+        sb_puts(b, rows[i].type);
+        sb_puts(b, "\n");
+        sb_puts(b, rows[i].name);
+        sb_puts(b, " ");
+        sb_puts(b, num);
+        sb_puts(b, "\n");
+    }
+}
+
 int wxg_metrics_render(wxg_metrics_t *reg, char **out, size_t *len)
 {
     sbuf b = {0};
@@ -682,6 +839,8 @@ int wxg_metrics_render(wxg_metrics_t *reg, char **out, size_t *len)
         }
     }
     pthread_mutex_unlock(&reg->mu);
+    if (atomic_load(&reg->process))
+        render_process(&b);
     if (b.oom) {
         free(b.p);
         return WXG_ENOMEM;

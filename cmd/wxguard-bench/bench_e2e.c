@@ -38,6 +38,7 @@
 #include "wxguard/dlq.h"
 #include "wxguard/guard.h"
 #include "wxguard/log.h"
+#include "wxguard/metrics.h"
 #include "wxguard/plugin_registry.h"
 
 typedef struct e2e_opts {
@@ -208,27 +209,11 @@ static double self_cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* CPU seconds (user + system) of another process from /proc/PID/stat; -1 when unreadable. */
+/* CPU seconds (user + system) of another process; -1 when unreadable. */
 static double proc_cpu_s(long pid)
 {
-    if (pid <= 0)
-        return -1;
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* The command name (field 2) may hold spaces: fields are counted after its ')'. */
-    char *p = strrchr(buf, ')');
-    unsigned long long ut = 0, st = 0;
-    if (!p ||
-        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    long hz = sysconf(_SC_CLK_TCK);
-    return hz > 0 ? (double)(ut + st) / (double)hz : -1;
+    wxg_process_stats_t ps;
+    return pid > 0 && wxg_process_stats(pid, &ps) == 0 ? ps.cpu_seconds : -1;
 }
 
 static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, int workers,

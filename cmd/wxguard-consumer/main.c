@@ -241,6 +241,7 @@ int main(int argc, char **argv)
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", "out of memory"));
         goto out;
     }
+    wxg_metrics_add_process(metrics);
     cc.metrics = metrics;
 
     struct sigaction sa;

@@ -82,6 +82,7 @@ int main(int argc, char **argv)
         status = EXIT_FATAL;
         goto out;
     }
+    wxg_metrics_add_process(metrics);
     in = wxg_ingest_new(conf, metrics, err, sizeof err);
     if (!in) {
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));

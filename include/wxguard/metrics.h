@@ -96,4 +96,27 @@ WXG_EXPORT int wxg_metrics_on_collect(wxg_metrics_t *reg, wxg_metrics_collect_fn
  * NUL-terminated buffer that the caller frees with free(). 0, WXG_EINVAL or WXG_ENOMEM. */
 WXG_EXPORT int wxg_metrics_render(wxg_metrics_t *reg, char **out, size_t *len);
 
+/* ---- Process metrics ----
+ *
+ * Resource use of one process, read from Linux's /proc at the moment of the call. */
+typedef struct wxg_process_stats {
+    double cpu_seconds;        /* user + system CPU time used so far */
+    double resident_bytes;     /* resident set size */
+    double virtual_bytes;      /* virtual memory size */
+    double start_time_seconds; /* when the process started, seconds since the Unix epoch */
+    double open_fds;           /* open file descriptors; -1 when /proc/PID/fd is not readable */
+    double max_fds;            /* soft limit on open descriptors; -1 when unknown */
+} wxg_process_stats_t;
+
+/* Fills `out` for process `pid` (0 or getpid(): this process). Returns 0, WXG_EINVAL, or
+ * WXG_ENOTFOUND when the process does not exist (or /proc cannot be read). Any thread. */
+WXG_EXPORT int wxg_process_stats(long pid, wxg_process_stats_t *out);
+
+/* Makes every later render of `reg` end with the standard process families of this process,
+ * as Prometheus client libraries name them: process_cpu_seconds_total,
+ * process_resident_memory_bytes, process_virtual_memory_bytes, process_start_time_seconds,
+ * process_open_fds and process_max_fds (each one read at render time; a value that cannot be
+ * read is left out). Do not register families of those names yourself. 0 or WXG_EINVAL. */
+WXG_EXPORT int wxg_metrics_add_process(wxg_metrics_t *reg);
+
 #endif /* WXGUARD_METRICS_H */

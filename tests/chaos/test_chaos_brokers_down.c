@@ -14,6 +14,7 @@
 
 #include "chaos.h"
 #include "testenv.h"
+#include "wxguard/metrics.h"
 
 #define PARTITIONS 2
 #define TOTAL      300
@@ -25,23 +26,8 @@ static chaos_t c;
 /* CPU time (user + system) that process `pid` used so far, in milliseconds; -1 if unknown. */
 static int64_t cpu_ms(pid_t pid)
 {
-    char path[64], buf[2048];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* Fields after the command name (which may hold spaces) start past the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return -1;
-    unsigned long long utime = 0, stime = 0;
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
-        return -1;
-    long hz = sysconf(_SC_CLK_TCK);
-    return (int64_t)((utime + stime) * 1000 / (unsigned long long)(hz > 0 ? hz : 100));
+    wxg_process_stats_t ps;
+    return wxg_process_stats((long)pid, &ps) == 0 ? (int64_t)(ps.cpu_seconds * 1000) : -1;
 }
 
 static int log_lines(int idx)

@@ -290,6 +290,11 @@ static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **stat
     wxg_ct_spawn(&t, 0);
     assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
     assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 2000));
+    char *metrics = NULL;
+    assert_int_equal(get(port, "/metrics", &metrics), 200);
+    assert_true(sample(metrics, "process_resident_memory_bytes") > 0);
+    assert_true(sample(metrics, "process_open_fds") > 0);
+    free(metrics);
 
     /* No message is in flight, so only the probe can see this. */
     wxg_test_redis_kill(&redis);

@@ -258,6 +258,12 @@ static pid_t spawn_ingest(const char *dir, int port, const char *topic)
             fail_msg("wxguard-ingest not ready in time (see %s)", logp);
         wxg_test_sleep_ms(100);
     }
+    /* The program exports the standard process figures beside its own. */
+    wxg_test_http_resp_t r;
+    assert_int_equal(wxg_test_http(port, "GET", "/metrics", NULL, NULL, 0, &r), 0);
+    assert_non_null(strstr(r.body, "\nprocess_resident_memory_bytes "));
+    assert_non_null(strstr(r.body, "\nprocess_cpu_seconds_total "));
+    wxg_test_http_free(&r);
     return pid;
 }
 

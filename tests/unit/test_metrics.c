@@ -1,6 +1,6 @@
 /* Unit tests for lib/metrics.c: the exact Prometheus 0.0.4 text, label and help escaping,
- * registration rules, hidden gauges, collect hooks, and sums that stay exact under concurrent
- * updates. */
+ * registration rules, hidden gauges, collect hooks, sums that stay exact under concurrent
+ * updates, and the process figures read from /proc. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,7 +10,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "wxguard/err.h"
 #include "wxguard/metrics.h"
@@ -256,6 +260,90 @@ static void concurrent_updates_sum_exactly(void **state)
     wxg_metrics_free(s.reg);
 }
 
+static void process_stats_describe_this_process_and_a_child(void **state)
+{
+    (void)state;
+    wxg_process_stats_t a, b;
+    assert_int_equal(wxg_process_stats(0, &a), 0);
+    assert_true(a.cpu_seconds >= 0);
+    assert_true(a.resident_bytes > 0);
+    assert_true(a.virtual_bytes >= a.resident_bytes);
+    double now = (double)time(NULL);
+    assert_true(a.start_time_seconds > now - 3600 && a.start_time_seconds <= now + 2);
+    assert_true(a.max_fds > 0);
+
+    /* Two more descriptors are counted exactly. */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(wxg_process_stats((long)getpid(), &b), 0);
+    assert_true(b.open_fds == a.open_fds + 2);
+    close(fds[0]);
+    close(fds[1]);
+
+    /* CPU time grows with work (bounded: at most 2 s of it). */
+    clock_t c0 = clock();
+    volatile unsigned long spin = 0;
+    while (clock() - c0 < CLOCKS_PER_SEC / 10 && clock() - c0 < 2 * CLOCKS_PER_SEC)
+        spin++;
+    assert_int_equal(wxg_process_stats(0, &b), 0);
+    assert_true(b.cpu_seconds >= a.cpu_seconds + 0.05);
+
+    /* Another process, then the same pid once it is gone. */
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    wxg_process_stats_t c;
+    assert_int_equal(wxg_process_stats((long)child, &c), 0);
+    assert_true(c.resident_bytes > 0);
+    assert_true(c.start_time_seconds >= a.start_time_seconds);
+    kill(child, SIGKILL);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    assert_int_equal(wxg_process_stats((long)child, &c), WXG_ENOTFOUND);
+
+    assert_int_equal(wxg_process_stats(-1, &c), WXG_EINVAL);
+    assert_int_equal(wxg_process_stats(0, NULL), WXG_EINVAL);
+}
+
+/* The value of an unlabelled sample in a rendered text, or -1 when absent. */
+static double sample_of(const char *text, const char *name)
+{
+    char want[128];
+    snprintf(want, sizeof want, "\n%s ", name);
+    const char *at = strstr(text, want);
+    return at ? strtod(at + strlen(want), NULL) : -1;
+}
+
+static void process_families_are_rendered_only_when_asked(void **state)
+{
+    (void)state;
+    wxg_metrics_t *reg = wxg_metrics_new();
+    assert_non_null(reg);
+    wxg_gauge_set(wxg_metrics_gauge(reg, "wxg_up", "Up.", NULL), 1);
+    char *out = render(reg);
+    assert_null(strstr(out, "process_"));
+    free(out);
+
+    assert_int_equal(wxg_metrics_add_process(reg), 0);
+    assert_int_equal(wxg_metrics_add_process(NULL), WXG_EINVAL);
+    out = render(reg);
+    /* The registry's own families come first, then the process ones with HELP and TYPE. */
+    assert_true(strstr(out, "wxg_up 1\n") < strstr(out, "process_cpu_seconds_total"));
+    assert_non_null(strstr(out, "# TYPE process_cpu_seconds_total counter\n"));
+    assert_non_null(strstr(out, "# TYPE process_resident_memory_bytes gauge\n"));
+    assert_non_null(strstr(out, "# HELP process_open_fds "));
+    assert_true(sample_of(out, "process_cpu_seconds_total") >= 0);
+    assert_true(sample_of(out, "process_resident_memory_bytes") > 0);
+    assert_true(sample_of(out, "process_virtual_memory_bytes") > 0);
+    assert_true(sample_of(out, "process_start_time_seconds") > 1e9);
+    assert_true(sample_of(out, "process_open_fds") >= 3);
+    assert_true(sample_of(out, "process_max_fds") > 0);
+    free(out);
+    wxg_metrics_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +353,8 @@ int main(void)
         cmocka_unit_test(cleared_gauges_disappear_until_set_again),
         cmocka_unit_test(collect_hooks_run_before_each_render),
         cmocka_unit_test(concurrent_updates_sum_exactly),
+        cmocka_unit_test(process_stats_describe_this_process_and_a_child),
+        cmocka_unit_test(process_families_are_rendered_only_when_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
