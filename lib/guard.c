@@ -25,10 +25,12 @@
  *
  * Failure modes. A hiredis context is dead after any I/O error: it is freed at once and the next
  * call reconnects (immediately the first time, then with capped, jittered backoff; calls made
- * during the backoff fail fast with WXG_ECONN). A reconnect reloads the scripts; NOSCRIPT (script
- * cache flushed, restart, failover) reloads them and re-sends only the refused calls, which is
- * safe because NOSCRIPT proves they did not run. Any other failure leaves the outcome unknown and
- * is reported to the caller, never retried here. The password is only ever sent in AUTH and is
+ * during the backoff fail fast with WXG_ECONN). A connection the server closed while it was idle
+ * (restart, idle timeout) is noticed before the next call is sent and replaced at once, so that
+ * call does not fail. A reconnect reloads the scripts; NOSCRIPT (script cache flushed, restart,
+ * failover) reloads them and re-sends only the refused calls, which is safe because NOSCRIPT
+ * proves they did not run. Any other failure leaves the outcome unknown and is reported to the
+ * caller, never retried here. The password is only ever sent in AUTH and is
  * wiped on destroy; error texts carry Redis's reply, which never contains it.
  *
  * Naive mode (conf.naive, benchmark only): claim, complete and renew become one plain command
@@ -52,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -745,9 +748,25 @@ fail_ctx:
 }
 
 /* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
+/* Whether an idle connection was closed by the server (a restart, a failover, Redis's `timeout`
+ * for idle clients, a proxy's): every reply is read before a call returns, so an idle socket
+ * that polls readable holds an end of file (or a reset), never an answer. One poll() per call. */
+static int ctx_closed(const wxg_guard_t *g)
+{
+    struct pollfd p = {.fd = g->ctx->fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
 static int ensure_ctx(wxg_guard_t *g)
 {
     int64_t now = mono_ms();
+    /* Reconnecting now, before anything is sent, turns what would be a failed call with an
+     * unknown outcome into a normal one. */
+    if (g->ctx && ctx_closed(g)) {
+        drop_ctx(g);
+        g->next_connect_ms = 0;
+        g->backoff_ms = 0;
+    }
     if (g->ctx) {
         /* Refresh the layout stamp now and then so that it outlives every marker. */
         int64_t every = g->geom.bucket_ms < 3600000 ? g->geom.bucket_ms : 3600000;
