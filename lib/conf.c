@@ -148,6 +148,18 @@ static const wxg_conf_keydef_t keys[] = {
          "Redis ACL user name; empty authenticates as the default user when a password is set."),
     KSTR("redis.password", "", 0, 512, C_ | T_, WXG_CONF_SECRET,
          "Redis password (AUTH). Prefer the environment (WXG_REDIS_PASSWORD) to a file."),
+    KSTR("redis.sentinels", "", 0, 1024, C_ | T_, 0,
+         "Redis Sentinels to ask for the primary's address, as host:port[,host:port...] "
+         "([address]:port for IPv6); when set, redis.host, redis.port and redis.unix.socket "
+         "are not used, and a failover is followed."),
+    KSTR("redis.sentinel.master", "", 0, 128, C_ | T_, 0,
+         "Name under which the Sentinels monitor the primary; required with redis.sentinels."),
+    KSTR("redis.sentinel.user", "", 0, 128, C_ | T_, 0,
+         "ACL user for the Sentinels; empty authenticates as the default user when a Sentinel "
+         "password is set."),
+    KSTR("redis.sentinel.password", "", 0, 512, C_ | T_, WXG_CONF_SECRET,
+         "Password of the Sentinels (their requirepass), when they have one; "
+         "redis.user and redis.password still authenticate to the primary."),
     KDUR("redis.connect.timeout.ms", "2s", 1, 1 * MIN, C_ | T_, "Timeout for connecting to Redis."),
     KDUR("redis.command.timeout.ms", "2s", 1, 1 * MIN, C_ | T_,
          "Timeout for one Redis command or script call."),

@@ -84,9 +84,22 @@ static const char *const script_src[S_COUNT] = {
     wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,
 };
 
+/* One Sentinel of conf.sentinels. */
+typedef struct sentinel_addr {
+    char host[256];
+    int port;
+} sentinel_addr;
+
 struct wxg_guard_s {
     wxg_guard_conf_t conf; /* string members point at the copies below */
     char *host, *unix_path, *user, *password, *prefix;
+    /* Sentinel mode (nsent > 0): the Sentinels, the one to ask first (the last that answered),
+     * and the primary's address they gave for the current connection. */
+    char *sentinel_master, *sentinel_user, *sentinel_password;
+    sentinel_addr sent[WXG_GUARD_SENTINELS_MAX];
+    int nsent, sent_next;
+    char cur_host[256];
+    int cur_port;
     wxg__guard_geom_t geom;
     char stamp[160];
     char layout_key[WXG__KEY_MAX];
@@ -396,6 +409,14 @@ int wxg__guard_classify_error(const char *str, size_t len)
     return WXG_EREDIS;
 }
 
+/* The code a call fails with for an error reply: WXG_EAUTH for authentication and ACL
+ * refusals, WXG_EREDIS for the rest (NOSCRIPT included, where it is not retried). */
+static int refusal_code(const redisReply *r)
+{
+    int rc = wxg__guard_classify_error(r->str, r->len);
+    return rc > 0 ? WXG_EREDIS : rc;
+}
+
 static int reply_int(const redisReply *r, long long *v)
 {
     if (!r || r->type != REDIS_REPLY_INTEGER)
@@ -595,10 +616,7 @@ static int load_scripts(wxg_guard_t *g, char *errstr, size_t errstr_size)
         if (rc)
             return rc;
         if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-            rc = r->type == REDIS_REPLY_ERROR ? wxg__guard_classify_error(r->str, r->len)
-                                              : WXG_EREDIS;
-            if (rc > 0)
-                rc = WXG_EREDIS;
+            rc = r->type == REDIS_REPLY_ERROR ? refusal_code(r) : WXG_EREDIS;
             set_err(errstr, errstr_size, "SCRIPT LOAD refused: %.*s",
                     r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
                     r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -624,9 +642,7 @@ static int check_stamp(wxg_guard_t *g, char *errstr, size_t errstr_size)
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
-        rc = wxg__guard_classify_error(r->str, r->len);
-        if (rc > 0)
-            rc = WXG_EREDIS;
+        rc = refusal_code(r);
         set_err(errstr, errstr_size, "layout check refused: %.*s", (int)r->len, r->str);
     } else if (r->type != REDIS_REPLY_STRING) {
         rc = WXG_EREDIS;
@@ -658,13 +674,171 @@ static int check_stamp(wxg_guard_t *g, char *errstr, size_t errstr_size)
 }
 
 /* Connects, authenticates, selects the database, loads the scripts and checks the stamp. */
+/* Sends AUTH [user] password on `c`; 0, or the error code with errstr naming `who`. */
+static int auth_on(redisContext *c, const char *who, const char *user, const char *password,
+                   char *errstr, size_t errstr_size)
+{
+    const char *argv[3];
+    size_t lens[3];
+    int argc = 0;
+    argv[argc] = "AUTH";
+    lens[argc++] = 4;
+    if (user) {
+        argv[argc] = user;
+        lens[argc++] = strlen(user);
+    }
+    argv[argc] = password;
+    lens[argc++] = strlen(password);
+    errno = 0;
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (!r) {
+        int saved = errno;
+        set_err(errstr, errstr_size, "AUTH to %s failed: %s", who, c->errstr);
+        return ctx_code(c, saved);
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
+         * password, and neither does ours. */
+        set_err(errstr, errstr_size, "%s AUTH as user '%s' failed: %.*s", who,
+                user ? user : "default", (int)(r->len > 160 ? 160 : r->len), r->str);
+        rc = WXG_EAUTH;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Asks Sentinel `i` for the primary's address and keeps it in cur_host/cur_port. */
+static int sentinel_ask(wxg_guard_t *g, int i, char *errstr, size_t errstr_size)
+{
+    const sentinel_addr *a = &g->sent[i];
+    errno = 0;
+    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_ms(g->conf.connect_timeout_ms));
+    if (!c) {
+        set_err(errstr, errstr_size, "out of memory creating a Sentinel context");
+        return WXG_ENOMEM;
+    }
+    int rc = 0;
+    if (c->err) {
+        rc = ctx_code(c, errno); /* read before set_err() can change errno */
+        set_err(errstr, errstr_size, "connecting to Sentinel %s:%d: %s", a->host, a->port,
+                c->errstr);
+        goto out;
+    }
+    if (redisSetTimeout(c, tv_ms(g->conf.command_timeout_ms)) != REDIS_OK) {
+        rc = WXG_ECONN;
+        set_err(errstr, errstr_size, "setting the Sentinel command timeout: %s", c->errstr);
+        goto out;
+    }
+    if (g->sentinel_password) {
+        char who[300];
+        snprintf(who, sizeof who, "Sentinel %s:%d", a->host, a->port);
+        rc = auth_on(c, who, g->sentinel_user, g->sentinel_password, errstr, errstr_size);
+        if (rc)
+            goto out;
+    }
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", g->sentinel_master};
+    size_t lens[3] = {8, 23, strlen(g->sentinel_master)};
+    errno = 0;
+    redisReply *r = redisCommandArgv(c, 3, argv, lens);
+    if (!r) {
+        rc = ctx_code(c, errno); /* read before set_err() can change errno */
+        set_err(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port, c->errstr);
+        goto out;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[0]->len > 0 && r->element[0]->len < sizeof g->cur_host) {
+        char *end = NULL;
+        long port = strtol(r->element[1]->str, &end, 10);
+        if (end && *end == '\0' && port > 0 && port <= 65535) {
+            memcpy(g->cur_host, r->element[0]->str, r->element[0]->len);
+            g->cur_host[r->element[0]->len] = '\0';
+            g->cur_port = (int)port;
+        } else {
+            rc = WXG_EREDIS;
+        }
+    } else if (r->type == REDIS_REPLY_NIL) {
+        rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
+        set_err(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host, a->port,
+                g->sentinel_master);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        rc = refusal_code(r);
+        set_err(errstr, errstr_size,
+                "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host, a->port,
+                (int)(r->len > 160 ? 160 : r->len), r->str);
+    } else {
+        rc = WXG_EREDIS;
+    }
+    if (rc == WXG_EREDIS && r->type != REDIS_REPLY_ERROR)
+        set_err(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address", a->host,
+                a->port);
+    freeReplyObject(r);
+out:
+    redisFree(c);
+    return rc;
+}
+
+/* Finds the primary through the Sentinels, starting with the one that answered last; the error
+ * of the last one asked when none could tell. */
+static int sentinel_locate(wxg_guard_t *g, char *errstr, size_t errstr_size)
+{
+    int rc = WXG_ECONN;
+    for (int k = 0; k < g->nsent; k++) {
+        int i = (g->sent_next + k) % g->nsent;
+        rc = sentinel_ask(g, i, errstr, errstr_size);
+        if (rc == 0) {
+            g->sent_next = i;
+            g->stats.sentinel_lookups++;
+            return 0;
+        }
+    }
+    return rc;
+}
+
+/* In Sentinel mode, checks that the server the Sentinels named still is the primary: during a
+ * failover they may name one that has not been promoted yet, or one already demoted. */
+static int check_role(wxg_guard_t *g, char *errstr, size_t errstr_size)
+{
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    int rc = simple_cmd(g, 1, argv, lens, &r, errstr, errstr_size);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = refusal_code(r);
+        set_err(errstr, errstr_size, "ROLE on %s:%d failed: %.*s", g->cur_host, g->cur_port,
+                (int)(r->len > 160 ? 160 : r->len), r->str);
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+               r->element[0]->type != REDIS_REPLY_STRING ||
+               strcmp(r->element[0]->str, "master") != 0) {
+        rc = WXG_ECONN;
+        set_err(errstr, errstr_size,
+                "%s:%d, named primary '%s' by the Sentinels, is not a primary (a failover in "
+                "progress?)",
+                g->cur_host, g->cur_port, g->sentinel_master);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 static int guard_connect(wxg_guard_t *g, char *errstr, size_t errstr_size)
 {
     int rc = 0;
     struct timeval ct = tv_ms(g->conf.connect_timeout_ms);
+    const char *host = g->host;
+    int port = g->conf.port;
+    if (g->nsent > 0) {
+        rc = sentinel_locate(g, errstr, errstr_size);
+        if (rc)
+            return rc;
+        host = g->cur_host;
+        port = g->cur_port;
+    }
     errno = 0;
     g->ctx = g->unix_path ? redisConnectUnixWithTimeout(g->unix_path, ct)
-                          : redisConnectWithTimeout(g->host, g->conf.port, ct);
+                          : redisConnectWithTimeout(host, port, ct);
     if (!g->ctx) {
         set_err(errstr, errstr_size, "out of memory creating the Redis context");
         return WXG_ENOMEM;
@@ -676,7 +850,7 @@ static int guard_connect(wxg_guard_t *g, char *errstr, size_t errstr_size)
             set_err(errstr, errstr_size, "connecting to Redis at %s: %s", g->unix_path,
                     g->ctx->errstr);
         else
-            set_err(errstr, errstr_size, "connecting to Redis at %s:%d: %s", g->host, g->conf.port,
+            set_err(errstr, errstr_size, "connecting to Redis at %s:%d: %s", host, port,
                     g->ctx->errstr);
         goto fail_ctx;
     }
@@ -688,29 +862,7 @@ static int guard_connect(wxg_guard_t *g, char *errstr, size_t errstr_size)
     if (!g->unix_path)
         redisEnableKeepAlive(g->ctx);
     if (g->password) {
-        const char *argv[3];
-        size_t lens[3];
-        int argc = 0;
-        argv[argc] = "AUTH";
-        lens[argc++] = 4;
-        if (g->user) {
-            argv[argc] = g->user;
-            lens[argc++] = strlen(g->user);
-        }
-        argv[argc] = g->password;
-        lens[argc++] = strlen(g->password);
-        redisReply *r = NULL;
-        rc = simple_cmd(g, argc, argv, lens, &r, errstr, errstr_size);
-        if (rc)
-            goto fail_ctx;
-        if (r->type == REDIS_REPLY_ERROR) {
-            /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
-             * password, and neither does ours. */
-            set_err(errstr, errstr_size, "Redis AUTH as user '%s' failed: %.*s",
-                    g->user ? g->user : "default", (int)(r->len > 160 ? 160 : r->len), r->str);
-            rc = WXG_EAUTH;
-        }
-        freeReplyObject(r);
+        rc = auth_on(g->ctx, "Redis", g->user, g->password, errstr, errstr_size);
         if (rc)
             goto fail_ctx;
     }
@@ -724,12 +876,15 @@ static int guard_connect(wxg_guard_t *g, char *errstr, size_t errstr_size)
         if (rc)
             goto fail_ctx;
         if (r->type == REDIS_REPLY_ERROR) {
-            rc = wxg__guard_classify_error(r->str, r->len);
-            if (rc > 0)
-                rc = WXG_EREDIS;
+            rc = refusal_code(r);
             set_err(errstr, errstr_size, "SELECT %d failed: %.*s", g->conf.db, (int)r->len, r->str);
         }
         freeReplyObject(r);
+        if (rc)
+            goto fail_ctx;
+    }
+    if (g->nsent > 0) {
+        rc = check_role(g, errstr, errstr_size);
         if (rc)
             goto fail_ctx;
     }
@@ -747,7 +902,6 @@ fail_ctx:
     return rc;
 }
 
-/* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
 /* Whether an idle connection was closed by the server (a restart, a failover, Redis's `timeout`
  * for idle clients, a proxy's): every reply is read before a call returns, so an idle socket
  * that polls readable holds an end of file (or a reset), never an answer. One poll() per call. */
@@ -757,6 +911,7 @@ static int ctx_closed(const wxg_guard_t *g)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
+/* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
 static int ensure_ctx(wxg_guard_t *g)
 {
     int64_t now = mono_ms();
@@ -795,6 +950,62 @@ static int ensure_ctx(wxg_guard_t *g)
     g->next_connect_ms =
         mono_ms() + half + (half > 0 ? (int64_t)(rng_next(&g->rng) % (uint64_t)(half + 1)) : 0);
     return rc;
+}
+
+/* Parses one "host:port" or "[v6 address]:port" of `len` bytes into `a`. 0 or -1. */
+static int parse_one_sentinel(const char *p, size_t len, sentinel_addr *a)
+{
+    const char *h = p, *port_at;
+    size_t hl;
+    if (len > 0 && p[0] == '[') {
+        const char *close = memchr(p, ']', len);
+        if (!close || (size_t)(close - p) + 1 >= len || close[1] != ':')
+            return -1;
+        h = p + 1;
+        hl = (size_t)(close - h);
+        port_at = close + 2;
+    } else {
+        const char *colon = memchr(p, ':', len);
+        if (!colon || memchr(colon + 1, ':', len - (size_t)(colon - p) - 1))
+            return -1; /* an IPv6 address needs brackets */
+        hl = (size_t)(colon - p);
+        port_at = colon + 1;
+    }
+    size_t pl = len - (size_t)(port_at - p);
+    char digits[8];
+    if (hl == 0 || hl >= sizeof a->host || memchr(h, ' ', hl) || pl == 0 || pl >= sizeof digits)
+        return -1;
+    memcpy(digits, port_at, pl);
+    digits[pl] = '\0';
+    char *e = NULL;
+    long port = strtol(digits, &e, 10);
+    if (*e != '\0' || port < 1 || port > 65535)
+        return -1;
+    memcpy(a->host, h, hl);
+    a->host[hl] = '\0';
+    a->port = (int)port;
+    return 0;
+}
+
+/* Parses "host:port[,host:port...]" (blanks around entries allowed) into g->sent. 0 or -1. */
+static int parse_sentinels(wxg_guard_t *g, const char *list)
+{
+    for (const char *p = list;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && *p == ' ') {
+            p++;
+            len--;
+        }
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        if (g->nsent == WXG_GUARD_SENTINELS_MAX || parse_one_sentinel(p, len, &g->sent[g->nsent]))
+            return -1;
+        g->nsent++;
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
 }
 
 wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr, size_t errstr_size)
@@ -852,6 +1063,33 @@ wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
         set_err(errstr, errstr_size, "out of memory");
         goto out;
     }
+    if (conf->sentinels && *conf->sentinels) {
+        if (parse_sentinels(g, conf->sentinels) != 0 || !conf->sentinel_master ||
+            !*conf->sentinel_master || strlen(conf->sentinel_master) > 128) {
+            rc = WXG_ECONFIG;
+            set_err(errstr, errstr_size,
+                    "invalid Sentinel configuration: need 1..%d host:port entries and the "
+                    "primary's name (at most 128 bytes)",
+                    WXG_GUARD_SENTINELS_MAX);
+            goto out;
+        }
+        g->sentinel_master = strdup(conf->sentinel_master);
+        g->sentinel_user = dup_or_null(conf->sentinel_user);
+        g->sentinel_password = dup_or_null(conf->sentinel_password);
+        if (!g->sentinel_master || (conf->sentinel_user && !g->sentinel_user) ||
+            (conf->sentinel_password && !g->sentinel_password)) {
+            rc = WXG_ENOMEM;
+            set_err(errstr, errstr_size, "out of memory");
+            goto out;
+        }
+        free(g->unix_path); /* the Sentinels name a TCP address */
+        g->unix_path = NULL;
+    }
+    /* Only the parsed and copied forms are used after this call. */
+    g->conf.sentinels = NULL;
+    g->conf.sentinel_master = g->sentinel_master;
+    g->conf.sentinel_user = g->sentinel_user;
+    g->conf.sentinel_password = NULL;
     g->conf.host = g->host;
     g->conf.unix_path = g->unix_path;
     g->conf.user = g->user;
@@ -887,6 +1125,9 @@ void wxg_guard_destroy(wxg_guard_t *g)
     free(g->user);
     free_secret(g->password);
     free(g->prefix);
+    free(g->sentinel_master);
+    free(g->sentinel_user);
+    free_secret(g->sentinel_password);
     free(g);
 }
 
@@ -1154,6 +1395,18 @@ io_error:;
     return rc;
 }
 
+/* An error reply saying the server is a read-only replica now (demoted by a failover, or a
+ * host name that points elsewhere since): drop the connection, so that the next call connects
+ * again (in Sentinel mode: asks the Sentinels again) instead of writing to it in vain. */
+static void note_refusal(wxg_guard_t *g, const redisReply *r)
+{
+    /* A script's error carries the command's own code first: "READONLY You can't write...". */
+    if (r->type == REDIS_REPLY_ERROR && starts_with(r->str, r->len, "READONLY")) {
+        g->stats.demotions++;
+        drop_ctx(g);
+    }
+}
+
 static int is_noscript(const redisReply *r)
 {
     return r && r->type == REDIS_REPLY_ERROR && wxg__guard_classify_error(r->str, r->len) == 1;
@@ -1204,11 +1457,10 @@ static int batch_run(wxg_guard_t *g, batch *b, int writes, int per_message)
     for (size_t i = 0; i < b->nchunks; i++) {
         const redisReply *r = b->chunks[i].reply;
         if (r->type == REDIS_REPLY_ERROR) {
-            rc = wxg__guard_classify_error(r->str, r->len);
-            if (rc > 0)
-                rc = WXG_EREDIS;
+            rc = refusal_code(r);
             set_err(g->last_error, sizeof g->last_error, "Redis refused the script: %.*s",
                     (int)(r->len > 200 ? 200 : r->len), r->str);
+            note_refusal(g, r);
             goto out;
         }
         if (per_message && (r->type != REDIS_REPLY_ARRAY || r->elements != b->chunks[i].count)) {
@@ -1475,9 +1727,13 @@ static void near_fp(const wxg_guard_t *g, const unsigned char fp[32],
 static int near_ns(wxg_guard_t *g)
 {
     char id[1024];
-    int len = snprintf(id, sizeof id, "wxg-donecache\n%s\n%d\n%d\n%s",
-                       g->unix_path ? g->unix_path : g->host, g->unix_path ? 0 : g->conf.port,
-                       g->conf.db, g->prefix);
+    /* Under Sentinel the deployment is the named primary, wherever it runs now: its markers
+     * move with it through a failover, and so may the cache's entries. */
+    int len = g->nsent > 0 ? snprintf(id, sizeof id, "wxg-donecache\nsentinel\n%s\n%d\n%s",
+                                      g->sentinel_master, g->conf.db, g->prefix)
+                           : snprintf(id, sizeof id, "wxg-donecache\n%s\n%d\n%d\n%s",
+                                      g->unix_path ? g->unix_path : g->host,
+                                      g->unix_path ? 0 : g->conf.port, g->conf.db, g->prefix);
     if (len < 0)
         return WXG_EINVAL;
     unsigned char fp[32];
@@ -2231,11 +2487,10 @@ static int admin_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *
     }
     g->stats.round_trips++;
     if ((*out)->type == REDIS_REPLY_ERROR) {
-        rc = wxg__guard_classify_error((*out)->str, (*out)->len);
-        if (rc > 0)
-            rc = WXG_EREDIS;
+        rc = refusal_code(*out);
         set_err(g->last_error, sizeof g->last_error, "Redis refused %s: %.*s", argv[0],
                 (int)((*out)->len > 200 ? 200 : (*out)->len), (*out)->str);
+        note_refusal(g, *out);
         freeReplyObject(*out);
         *out = NULL;
         count_error(g, rc);

@@ -197,6 +197,10 @@ int main(int argc, char **argv)
     gc.db = (int)wxg_conf_int(conf, "redis.db");
     gc.user = prog_nonempty(wxg_conf_get(conf, "redis.user"));
     gc.password = prog_nonempty(wxg_conf_get(conf, "redis.password"));
+    gc.sentinels = prog_nonempty(wxg_conf_get(conf, "redis.sentinels"));
+    gc.sentinel_master = prog_nonempty(wxg_conf_get(conf, "redis.sentinel.master"));
+    gc.sentinel_user = prog_nonempty(wxg_conf_get(conf, "redis.sentinel.user"));
+    gc.sentinel_password = prog_nonempty(wxg_conf_get(conf, "redis.sentinel.password"));
     gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
     gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
     const char *pfx = wxg_conf_get(conf, "redis.key.prefix");

@@ -130,20 +130,27 @@ fail:
 
 static char prefix_buf[96];
 
+/* A string key's value, or NULL when it is empty (not set). */
+static const char *conf_set(const wxg_conf_t *conf, const char *key)
+{
+    const char *s = wxg_conf_get(conf, key);
+    return s && *s ? s : NULL;
+}
+
 wxg_guard_t *ctl_open_guard(const ctl_opts *o, const wxg_conf_t *conf, int *exit_code)
 {
     wxg_guard_conf_t gc;
     wxg_guard_conf_init(&gc);
-    const char *s;
     gc.host = wxg_conf_get(conf, "redis.host");
     gc.port = (int)wxg_conf_int(conf, "redis.port");
-    s = wxg_conf_get(conf, "redis.unix.socket");
-    gc.unix_path = s && *s ? s : NULL;
+    gc.unix_path = conf_set(conf, "redis.unix.socket");
     gc.db = (int)wxg_conf_int(conf, "redis.db");
-    s = wxg_conf_get(conf, "redis.user");
-    gc.user = s && *s ? s : NULL;
-    s = wxg_conf_get(conf, "redis.password");
-    gc.password = s && *s ? s : NULL;
+    gc.user = conf_set(conf, "redis.user");
+    gc.password = conf_set(conf, "redis.password");
+    gc.sentinels = conf_set(conf, "redis.sentinels");
+    gc.sentinel_master = conf_set(conf, "redis.sentinel.master");
+    gc.sentinel_user = conf_set(conf, "redis.sentinel.user");
+    gc.sentinel_password = conf_set(conf, "redis.sentinel.password");
     gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
     gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
     /* The same prefix rule as wxguard-consumer: a ':' is appended unless present. */

@@ -42,6 +42,7 @@
 #define WXG_GUARD_RESULT_MAX      256
 #define WXG_GUARD_REASON_MAX      512
 #define WXG_GUARD_PREFIX_MAX      64
+#define WXG_GUARD_SENTINELS_MAX   16
 
 typedef struct wxg_guard_s wxg_guard_t;
 
@@ -57,6 +58,18 @@ typedef struct wxg_guard_conf {
     int connect_timeout_ms; /* default 2000 */
     int command_timeout_ms; /* default 2000; a reply later than this is WXG_ETIMEDOUT */
     const char *prefix;     /* key prefix, default "wxg:"; [A-Za-z0-9:_.-], at most 64 bytes */
+
+    /* Redis Sentinel (docs/guard.md §5). When `sentinels` is set ("host:port[,host:port...]",
+     * at most WXG_GUARD_SENTINELS_MAX; "[v6 address]:port" for IPv6), host, port and unix_path
+     * are ignored: every connect asks the Sentinels, in turn, for the address of the primary
+     * named `sentinel_master` (required then), connects there and checks with ROLE that it is
+     * the primary. A connection lost, or a READONLY answer (the server was demoted), makes the
+     * next call ask again. sentinel_user / sentinel_password authenticate to the Sentinels
+     * (NULL: no AUTH); user / password still authenticate to the primary. */
+    const char *sentinels;
+    const char *sentinel_master;
+    const char *sentinel_user;
+    const char *sentinel_password;
 
     int64_t lease_ms;            /* claim lease, default 30000 */
     int64_t inflight_ttl_ms;     /* TTL of an in-flight record, well beyond the lease; keeps the
@@ -339,6 +352,8 @@ typedef struct wxg_guard_stats {
     uint64_t replica_failures;
     uint64_t local_duplicates; /* duplicates answered by the near cache without Redis (also
                                   counted in duplicates and, if so, payload_mismatches) */
+    uint64_t sentinel_lookups; /* primary addresses obtained from a Sentinel */
+    uint64_t demotions;        /* READONLY answers: the server was no longer the primary */
 } wxg_guard_stats_t;
 
 WXG_EXPORT void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out);

@@ -46,24 +46,8 @@ static int teardown(void **state)
     return 0;
 }
 
-static int retriable(int rc)
-{
-    return rc == WXG_ECONN || rc == WXG_ETIMEDOUT || rc == WXG_EREDIS;
-}
-
-/* Calls fn until it stops failing with a retriable error (bounded); returns its last code and
- * counts the retriable failures in *fails. */
-#define RETRY(rc, fails, call)                                         \
-    do {                                                               \
-        int64_t end_ = wxg_test_now_ms() + 10000LL * wxg_test_scale(); \
-        for (;;) {                                                     \
-            (rc) = (call);                                             \
-            if (!retriable(rc) || wxg_test_now_ms() > end_)            \
-                break;                                                 \
-            (fails)++;                                                 \
-            wxg_test_sleep_ms(20);                                     \
-        }                                                              \
-    } while (0)
+/* Retries a call for at most 10 s, counting its retriable failures. */
+#define RETRY(rc, fails, call) GT_RETRY(rc, fails, 10000, call)
 
 static void restart_empty_mid_run_refuses_the_lost_done_and_recovers(void **state)
 {

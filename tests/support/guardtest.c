@@ -128,3 +128,8 @@ size_t gt_count(redisContext *c, const char *pattern)
     gt_free_keys(keys);
     return n;
 }
+
+int gt_retriable(int rc)
+{
+    return rc == WXG_ECONN || rc == WXG_ETIMEDOUT || rc == WXG_EREDIS || rc == WXG_EREPLICAS;
+}

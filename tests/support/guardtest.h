@@ -11,6 +11,7 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 
+#include "testenv.h"
 #include "wxguard/guard.h"
 
 /* Defaults for a test: the given server, a fresh prefix "t<pid>-<tag>-<random>:", short
@@ -38,5 +39,23 @@ long long gt_pttl(redisContext *c, const char *key);
 
 /* Number of keys matching the pattern. */
 size_t gt_count(redisContext *c, const char *pattern);
+
+/* Whether a guard call's code is one a caller retries: the connection, a timeout, an error
+ * reply, or too few WAIT acknowledgements. */
+int gt_retriable(int rc);
+
+/* Runs `call` (a guard call returning a code) into rc until it stops failing with a retriable
+ * error or timeout_ms (scaled) has passed, counting the retriable failures in fails. */
+#define GT_RETRY(rc, fails, timeout_ms, call)                                      \
+    do {                                                                           \
+        int64_t end_ = wxg_test_now_ms() + (int64_t)(timeout_ms)*wxg_test_scale(); \
+        for (;;) {                                                                 \
+            (rc) = (call);                                                         \
+            if (!gt_retriable(rc) || wxg_test_now_ms() > end_)                     \
+                break;                                                             \
+            (fails)++;                                                             \
+            wxg_test_sleep_ms(20);                                                 \
+        }                                                                          \
+    } while (0)
 
 #endif

@@ -178,15 +178,39 @@ static int redis_ping(int port, const char *password)
     return ok;
 }
 
+/* Writes the Sentinel's configuration file (Sentinel rewrites it as it learns), whose path
+ * goes in `path`. 0 or -1. */
+static int sentinel_conf(const wxg_test_redis_t *r, char *path, size_t size)
+{
+    snprintf(path, size, "%s/sentinel.conf", r->dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/sentinel.log\n"
+            "sentinel monitor %s 127.0.0.1 %d 1\n"
+            "sentinel down-after-milliseconds %s 1000\n"
+            "sentinel failover-timeout %s 5000\n",
+            r->port, r->dir, r->dir, r->monitors, r->monitored_port, r->monitors, r->monitors);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 static int redis_spawn(wxg_test_redis_t *r)
 {
-    char port[16], logfile[600];
+    char port[16], logfile[600], primary[16], conf[600];
     snprintf(port, sizeof port, "%d", r->port);
     snprintf(logfile, sizeof logfile, "%s/redis.log", r->dir);
+    snprintf(primary, sizeof primary, "%d", r->replica_of);
+    if (r->monitors && sentinel_conf(r, conf, sizeof conf) != 0)
+        return -1;
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        if (r->monitors) {
+            execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+            _exit(127);
+        }
         const char *argv[32];
         int i = 0;
         argv[i++] = "redis-server";
@@ -208,6 +232,11 @@ static int redis_spawn(wxg_test_redis_t *r)
             argv[i++] = "--requirepass";
             argv[i++] = r->password;
         }
+        if (r->replica_of > 0) {
+            argv[i++] = "--replicaof";
+            argv[i++] = "127.0.0.1";
+            argv[i++] = primary;
+        }
         argv[i] = NULL;
         execvp("redis-server", (char *const *)argv);
         _exit(127);
@@ -228,6 +257,35 @@ static int redis_spawn(wxg_test_redis_t *r)
     return -1;
 }
 
+static int start_on_free_port(wxg_test_redis_t *r)
+{
+    if (!r->dir)
+        return -1;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = wxg_test_free_port();
+        if (r->port > 0 && redis_spawn(r) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+int wxg_test_redis_start_replica(wxg_test_redis_t *r, int primary_port)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-redis");
+    r->replica_of = primary_port;
+    return start_on_free_port(r);
+}
+
+int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary_port)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-sentinel");
+    r->monitors = strdup(master);
+    r->monitored_port = primary_port;
+    return r->monitors ? start_on_free_port(r) : -1;
+}
+
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password)
 {
     memset(r, 0, sizeof *r);
@@ -235,12 +293,102 @@ int wxg_test_redis_start(wxg_test_redis_t *r, const char *password)
     if (!r->dir)
         return -1;
     r->password = password ? strdup(password) : NULL;
-    for (int attempt = 0; attempt < 5; attempt++) {
-        r->port = wxg_test_free_port();
-        if (r->port > 0 && redis_spawn(r) == 0)
-            return 0;
+    return start_on_free_port(r);
+}
+
+/* The value of `field` in INFO `section` of the server at `port` ("" when absent). */
+static void info_field(int port, const char *section, const char *field, char *out, size_t size)
+{
+    out[0] = '\0';
+    struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = c && !c->err ? redisCommand(c, "INFO %s", section) : NULL;
+    const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+    if (at) {
+        at += strlen(field);
+        snprintf(out, size, "%.*s", (int)strcspn(at, "\r\n"), at);
     }
-    return -1;
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+}
+
+/* Polls INFO `section` of `port` until `field` reads `want`, for at most timeout_ms (scaled). */
+static int wait_info(int port, const char *section, const char *field, const char *want,
+                     int64_t timeout_ms)
+{
+    int64_t end = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    char v[64];
+    for (;;) {
+        info_field(port, section, field, v, sizeof v);
+        if (strcmp(v, want) == 0)
+            return 0;
+        if (wxg_test_now_ms() > end) {
+            fprintf(stderr, "port %d: %s is '%s', not '%s'\n", port, field, v, want);
+            return -1;
+        }
+        wxg_test_sleep_ms(50);
+    }
+}
+
+int wxg_test_redis_wait_link(const wxg_test_redis_t *replica, int64_t timeout_ms)
+{
+    return wait_info(replica->port, "replication", "master_link_status:", "up", timeout_ms);
+}
+
+/* The primary's port according to the Sentinel at `port`, or 0. */
+static int sentinel_names(int port, const char *master)
+{
+    struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r =
+        c && !c->err ? redisCommand(c, "SENTINEL get-master-addr-by-name %s", master) : NULL;
+    int named =
+        r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoi(r->element[1]->str) : 0;
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return named;
+}
+
+int wxg_test_sentinel_failover(const wxg_test_redis_t *sentinel, const char *master, int new_port,
+                               int old_port, int64_t timeout_ms)
+{
+    struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", sentinel->port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return -1;
+    }
+    int64_t end = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    int ok = 0;
+    while (!ok) {
+        redisReply *r = redisCommand(c, "SENTINEL FAILOVER %s", master);
+        ok = r && r->type == REDIS_REPLY_STATUS;
+        if (!ok && wxg_test_now_ms() > end)
+            fprintf(stderr, "SENTINEL FAILOVER: %s\n", r && r->str ? r->str : c->errstr);
+        if (r)
+            freeReplyObject(r);
+        if (!ok && wxg_test_now_ms() > end)
+            break;
+        if (!ok)
+            wxg_test_sleep_ms(200);
+    }
+    redisFree(c);
+    if (!ok)
+        return -1;
+    end = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    while (sentinel_names(sentinel->port, master) != new_port) {
+        if (wxg_test_now_ms() > end)
+            return -1;
+        wxg_test_sleep_ms(100);
+    }
+    if (wait_info(new_port, "replication", "role:", "master", timeout_ms) != 0)
+        return -1;
+    return wait_info(old_port, "replication", "role:", "slave", timeout_ms);
 }
 
 void wxg_test_redis_kill(wxg_test_redis_t *r)
@@ -275,6 +423,8 @@ void wxg_test_redis_stop(wxg_test_redis_t *r)
     wxg_test_rmtree(r->dir);
     free(r->dir);
     free(r->password);
+    free(r->monitors);
     r->dir = NULL;
     r->password = NULL;
+    r->monitors = NULL;
 }

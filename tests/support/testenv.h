@@ -52,11 +52,34 @@ typedef struct wxg_test_redis {
     int port;       /* fixed for the life of the struct, also across restarts */
     char *dir;      /* working directory (data, log) */
     char *password; /* requirepass, or NULL */
+    int replica_of; /* a replica of the server on 127.0.0.1 at this port; 0: a primary */
+    char *monitors; /* a Sentinel watching the primary of this name (see below), or NULL */
+    int monitored_port;
 } wxg_test_redis_t;
 
 /* Starts redis-server on a free port with persistence off, waits until it answers PING.
  * `password` may be NULL. Returns 0 or -1. */
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password);
+
+/* The same, as a replica of the server at 127.0.0.1:primary_port (no password). */
+int wxg_test_redis_start_replica(wxg_test_redis_t *r, int primary_port);
+
+/* Starts a Redis Sentinel (redis-server --sentinel) on a free port that monitors the primary at
+ * 127.0.0.1:primary_port under the name `master`, with quorum 1, down-after 1 s and a failover
+ * timeout of 5 s, so that a test can fail over in seconds. Stop it like a server. */
+int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary_port);
+
+/* Waits until the replica's link to its primary is up, for at most timeout_ms (scaled).
+ * Start a Sentinel only after this, so that it learns of the replica at once. 0 or -1. */
+int wxg_test_redis_wait_link(const wxg_test_redis_t *replica, int64_t timeout_ms);
+
+/* Fails over the primary the Sentinel knows as `master` to the replica at 127.0.0.1:new_port
+ * (SENTINEL FAILOVER, repeated while the Sentinel has not yet heard from the replica), then
+ * waits until the Sentinel names it, it reports the master role, and the old primary at
+ * old_port reports the replica role (the Sentinel closes the old primary's clients then).
+ * Bounded by timeout_ms (scaled) for each wait. 0, or -1 with the reason printed. */
+int wxg_test_sentinel_failover(const wxg_test_redis_t *sentinel, const char *master, int new_port,
+                               int old_port, int64_t timeout_ms);
 
 /* Stops it (SIGCONT + SIGTERM, then SIGKILL after 5 s) and waits for the process. Keeps the
  * port and directory so that wxg_test_redis_restart() can reuse them. */
