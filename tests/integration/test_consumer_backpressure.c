@@ -36,22 +36,6 @@ static int assigned_paused(const wxg_ct_t *t, int idx)
            wxg_ct_log_count(t, idx, "event=assigned partitions=0 protocol=COOPERATIVE paused=true");
 }
 
-/* The ledger holds exactly one effect of each message id base .. base + total - 1. */
-static void assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total)
-{
-    wxg_ct_effect_t *eff;
-    size_t n = wxg_ct_read_ledger(t, &eff, NULL);
-    assert_int_equal(n, total);
-    unsigned char *seen = calloc(total, 1);
-    assert_non_null(seen);
-    for (size_t i = 0; i < n; i++) {
-        assert_in_range(eff[i].id, base, base + total - 1);
-        assert_int_equal(seen[eff[i].id - base]++, 0);
-    }
-    free(seen);
-    free(eff);
-}
-
 static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **state)
 {
     (void)state;
@@ -113,7 +97,7 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
     assert_true(assigned_paused(&t, 0) > 0);
 
     assert_true(wxg_ct_wait_all_committed(&t, 180000, NULL));
-    assert_each_once(&t, ID_BASE, TOTAL);
+    wxg_ct_assert_each_once(&t, ID_BASE, TOTAL);
     for (int i = 0; i < 2; i++) {
         st = wxg_ct_signal(&t, i, SIGTERM, 60000);
         wxg_ct_assert_exit(&t, i, st, 0);
@@ -145,7 +129,7 @@ static void busy_workers_fill_the_backlog_without_a_pause(void **state)
     wxg_ct_produce(&t, msgs, N);
     wxg_ct_spawn(&t, 0);
     assert_true(wxg_ct_wait_all_committed(&t, 120000, NULL));
-    assert_each_once(&t, ID_BASE + 1000, N);
+    wxg_ct_assert_each_once(&t, ID_BASE + 1000, N);
     int st = wxg_ct_signal(&t, 0, SIGTERM, 60000);
     wxg_ct_assert_exit(&t, 0, st, 0);
     assert_int_equal(wxg_ct_log_count(&t, 0, "reason=backlog"), 0);

@@ -1,7 +1,10 @@
-/* End to end: Redis stops answering (SIGSTOP) for five seconds in the middle of a run. While it
- * is gone no committed offset passes a message whose effect is missing; when it answers again
- * processing resumes, every committed offset reaches the end and each message has exactly one
- * effect. Uses a private redis-server so that the shared one is never disturbed. */
+/* End to end, with private Redis servers so that the shared one is never disturbed:
+ *  - Redis stops answering (SIGSTOP) for five seconds in the middle of a run. While it is gone
+ *    no committed offset passes a message whose effect is missing; when it answers again
+ *    processing resumes, every committed offset reaches the end and each message has exactly
+ *    one effect.
+ *  - A replica found through Redis Sentinel, with guard.wait.replicas = 1: a failover in the
+ *    middle of a run loses nothing and repeats no effect. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -35,6 +38,27 @@ static size_t ledger_lines(const wxg_ct_t *t)
     return n;
 }
 
+/* Produces n messages with ids from ID_BASE over 90 conversations (recording which id sits at
+ * each offset), starts one replica, and waits until `effects` of them took effect. */
+static void start_run(wxg_ct_t *t, wxg_ct_msg_t *msgs, size_t n, size_t effects)
+{
+    size_t count[PARTITIONS] = {0};
+    for (int p = 0; p < PARTITIONS; p++) {
+        offset_ids[p] = calloc(n, sizeof **offset_ids);
+        assert_non_null(offset_ids[p]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int conv = (int)(i * 7 % 90);
+        msgs[i] = (wxg_ct_msg_t){.partition = conv % PARTITIONS, .id = ID_BASE + i, .conv = conv};
+        offset_ids[msgs[i].partition][count[msgs[i].partition]++] = msgs[i].id;
+    }
+    wxg_ct_spawn(t, 0);
+    wxg_ct_produce(t, msgs, n);
+    int64_t deadline = wxg_test_now_ms() + 60000 * wxg_test_scale();
+    while (ledger_lines(t) < effects && wxg_test_now_ms() < deadline)
+        wxg_test_sleep_ms(20);
+}
+
 static void redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes(void **state)
 {
     (void)state;
@@ -52,21 +76,7 @@ static void redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes(
                             "redis.command.timeout.ms = 500ms\n"
                             "redis.connect.timeout.ms = 500ms\n");
     static wxg_ct_msg_t msgs[TOTAL];
-    size_t count[PARTITIONS] = {0};
-    for (int p = 0; p < PARTITIONS; p++) {
-        offset_ids[p] = calloc(TOTAL, sizeof **offset_ids);
-        assert_non_null(offset_ids[p]);
-    }
-    for (size_t i = 0; i < TOTAL; i++) {
-        int conv = (int)(i * 7 % 90);
-        msgs[i] = (wxg_ct_msg_t){.partition = conv % PARTITIONS, .id = ID_BASE + i, .conv = conv};
-        offset_ids[msgs[i].partition][count[msgs[i].partition]++] = msgs[i].id;
-    }
-    wxg_ct_spawn(&t, 0);
-    wxg_ct_produce(&t, msgs, TOTAL);
-    int64_t deadline = wxg_test_now_ms() + 60000 * wxg_test_scale();
-    while (ledger_lines(&t) < 200 && wxg_test_now_ms() < deadline)
-        wxg_test_sleep_ms(20);
+    start_run(&t, msgs, TOTAL, 200);
 
     assert_int_equal(kill(redis.pid, SIGSTOP), 0);
     int64_t until = wxg_test_now_ms() + 5000;
@@ -80,17 +90,7 @@ static void redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes(
 
     assert_true(wxg_ct_wait_all_committed(&t, 120000, check_invariant));
     check_invariant(&t);
-    wxg_ct_effect_t *eff;
-    size_t n = wxg_ct_read_ledger(&t, &eff, NULL);
-    assert_int_equal(n, TOTAL);
-    unsigned char *seen = calloc(TOTAL, 1);
-    assert_non_null(seen);
-    for (size_t i = 0; i < n; i++) {
-        assert_true(eff[i].id >= ID_BASE && eff[i].id < ID_BASE + TOTAL);
-        assert_int_equal(seen[eff[i].id - ID_BASE]++, 0);
-    }
-    free(seen);
-    free(eff);
+    wxg_ct_assert_each_once(&t, ID_BASE, TOTAL);
     int st = wxg_ct_signal(&t, 0, SIGTERM, 60000);
     wxg_ct_assert_exit(&t, 0, st, 0);
     assert_true(wxg_ct_log_count(&t, 0, "event=guard_error") > 0);
@@ -100,10 +100,61 @@ static void redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes(
     wxg_test_redis_stop(&redis);
 }
 
+static void a_sentinel_failover_mid_run_loses_nothing_and_repeats_no_effect(void **state)
+{
+    (void)state;
+    enum { N = 900 };
+    wxg_test_redis_t primary, replica, sentinel;
+    assert_int_equal(wxg_test_redis_start(&primary, NULL), 0);
+    assert_int_equal(wxg_test_redis_start_replica(&replica, primary.port), 0);
+    assert_int_equal(wxg_test_redis_wait_link(&replica, 20000), 0);
+    assert_int_equal(wxg_test_sentinel_start(&sentinel, "wxgmain", primary.port), 0);
+
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-sentinel", PARTITIONS);
+    /* Nothing listens at redis.host/port: only the Sentinel can lead to the primary. */
+    t.redis_host = "127.0.0.1";
+    t.redis_port = wxg_test_free_port();
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "plugins = fail,record\n"
+             "plugin.fail.action = stall\n"
+             "plugin.fail.stall.ms = 5\n"
+             "plugin.fail.match.every = 1\n"
+             "redis.sentinels = 127.0.0.1:%d\n"
+             "redis.sentinel.master = wxgmain\n"
+             "guard.wait.replicas = 1\n"
+             "guard.wait.timeout.ms = 1s\n"
+             "guard.lease.ms = 3s\n"
+             "redis.command.timeout.ms = 1s\n"
+             "redis.connect.timeout.ms = 500ms\n",
+             sentinel.port);
+    wxg_ct_write_config(&t, extra);
+    static wxg_ct_msg_t msgs[N];
+    start_run(&t, msgs, N, 150);
+
+    assert_int_equal(
+        wxg_test_sentinel_failover(&sentinel, "wxgmain", replica.port, primary.port, 40000), 0);
+    assert_true(ledger_lines(&t) < N); /* the failover happened mid-run */
+
+    assert_true(wxg_ct_wait_all_committed(&t, 120000, check_invariant));
+    check_invariant(&t);
+    wxg_ct_assert_each_once(&t, ID_BASE, N);
+    int st = wxg_ct_signal(&t, 0, SIGTERM, 60000);
+    wxg_ct_assert_exit(&t, 0, st, 0);
+    for (int p = 0; p < PARTITIONS; p++)
+        free(offset_ids[p]);
+    wxg_ct_teardown(&t);
+    wxg_test_redis_stop(&sentinel);
+    wxg_test_redis_stop(&replica);
+    wxg_test_redis_stop(&primary);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(redis_stopped_for_five_seconds_holds_offsets_and_processing_resumes),
+        cmocka_unit_test(a_sentinel_failover_mid_run_loses_nothing_and_repeats_no_effect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -409,3 +409,18 @@ int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
     fclose(f);
     return n;
 }
+
+void wxg_ct_assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total)
+{
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(t, &eff, NULL);
+    assert_int_equal(n, total);
+    unsigned char *seen = calloc(total, 1);
+    assert_non_null(seen);
+    for (size_t i = 0; i < n; i++) {
+        assert_in_range(eff[i].id, base, base + total - 1);
+        assert_int_equal(seen[eff[i].id - base]++, 0);
+    }
+    free(seen);
+    free(eff);
+}

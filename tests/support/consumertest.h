@@ -98,6 +98,10 @@ int wxg_ct_wait_all_committed(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg
  * with an id, e.g. poison). */
 void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids);
 
+/* Asserts that the ledger holds exactly one effect of each message id base .. base + total - 1
+ * and nothing else. */
+void wxg_ct_assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total);
+
 /* Counts lines of replica idx's log containing `needle`. */
 int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle);
 
