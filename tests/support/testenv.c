@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <hiredis/hiredis.h>
+#include <sys/prctl.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <signal.h>
@@ -207,6 +208,10 @@ static int redis_spawn(wxg_test_redis_t *r)
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* A test that fails skips its teardown: the server must not outlive the test process
+         * (an orphan would also hold the test's output pipe open, and ctest would wait for it
+         * until the test's timeout). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (r->monitors) {
             execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
             _exit(127);
