@@ -23,30 +23,13 @@ typedef struct fixture {
     redisContext *raw;
 } fixture;
 
-/* The commands the guard needs (docs/guard.md lists the same set). */
-static const char *const acl_rules[] = {
-    "on",           (">" PASSWORD), "resetkeys", "~sec:*", "resetchannels", "-@all",   "+evalsha",
-    "+script|load", "+ping",        "+wait",     "+time",  "+hget",         "+hset",   "+hexists",
-    "+pexpire",     "+pexpireat",   "+pttl",     "+get",   "+set",          "+getdel",
-};
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     if (wxg_test_redis_start(&f->redis, NULL) != 0)
         fail_msg("cannot start a private redis-server");
     f->raw = gt_redis("127.0.0.1", f->redis.port, NULL);
-    const char *argv[32] = {"ACL", "SETUSER", USER};
-    size_t n = sizeof acl_rules / sizeof acl_rules[0];
-    size_t lens[32];
-    for (size_t i = 0; i < n; i++)
-        argv[3 + i] = acl_rules[i];
-    for (size_t i = 0; i < 3 + n; i++)
-        lens[i] = strlen(argv[i]);
-    redisReply *r = redisCommandArgv(f->raw, (int)(3 + n), argv, lens);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STATUS);
-    freeReplyObject(r);
+    gt_acl_user("127.0.0.1", f->redis.port, USER, PASSWORD, "sec:*", NULL);
     *state = f;
     return 0;
 }

@@ -2,7 +2,8 @@
  * all private to this test. The guard finds the primary through the Sentinels (skipping one
  * that is down), follows a failover to the promoted replica without losing a DONE marker or an
  * in-flight claim that WAIT had replicated, and leaves a server that turned replica at its
- * first READONLY answer. Bad Sentinel settings and an unknown primary name are clear errors. */
+ * first READONLY answer. It runs as an ACL user with only the documented commands. Bad Sentinel
+ * settings and an unknown primary name are clear errors. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,7 +17,9 @@
 #include "testenv.h"
 #include "wxguard/guard.h"
 
-#define MASTER "wxgmain"
+#define MASTER   "wxgmain"
+#define USER     "wxworker"
+#define PASSWORD "s3ntinel-Pass-For-Tests"
 
 typedef struct fixture {
     wxg_test_redis_t primary, replica, sentinel;
@@ -39,6 +42,14 @@ static int setup(void **state)
     gt_conf(&f->conf, "127.0.0.1", 1, "sentinel", f->prefix, sizeof f->prefix);
     f->conf.sentinels = f->sentinels;
     f->conf.sentinel_master = MASTER;
+    /* The guard runs as the ACL user docs/guard.md §7 describes for Sentinel mode, defined on
+     * both servers (ACL rules are not replicated). */
+    char keys[80];
+    snprintf(keys, sizeof keys, "%s*", f->prefix);
+    gt_acl_user("127.0.0.1", f->primary.port, USER, PASSWORD, keys, "+role");
+    gt_acl_user("127.0.0.1", f->replica.port, USER, PASSWORD, keys, "+role");
+    f->conf.user = USER;
+    f->conf.password = PASSWORD;
     f->conf.connect_timeout_ms = 500;
     f->conf.command_timeout_ms = 1000;
     *state = f;

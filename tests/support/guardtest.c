@@ -133,3 +133,34 @@ int gt_retriable(int rc)
 {
     return rc == WXG_ECONN || rc == WXG_ETIMEDOUT || rc == WXG_EREDIS || rc == WXG_EREPLICAS;
 }
+
+void gt_acl_user(const char *host, int port, const char *user, const char *password,
+                 const char *keys, const char *extra)
+{
+    /* The commands the guard needs: the same set as docs/guard.md §7. */
+    static const char *const rules[] = {
+        "+evalsha", "+script|load", "+ping",      "+wait", "+time", "+hget", "+hset",
+        "+hexists", "+pexpire",     "+pexpireat", "+pttl", "+get",  "+set",  "+getdel",
+    };
+    char pass[600], keyrule[300];
+    snprintf(pass, sizeof pass, ">%s", password);
+    snprintf(keyrule, sizeof keyrule, "~%s", keys);
+    const char *argv[40] = {"ACL",   "SETUSER",       user,   "reset", "on", pass,
+                            keyrule, "resetchannels", "-@all"};
+    int argc = 9;
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        argv[argc++] = rules[i];
+    if (extra)
+        argv[argc++] = extra;
+    size_t lens[40];
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    redisContext *c = gt_redis(host, port, NULL);
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (!r)
+        fail_msg("ACL SETUSER %s: %s", user, c->errstr);
+    if (r->type != REDIS_REPLY_STATUS)
+        fail_msg("ACL SETUSER %s: %s", user, r->str ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    redisFree(c);
+}

@@ -40,6 +40,13 @@ long long gt_pttl(redisContext *c, const char *key);
 /* Number of keys matching the pattern. */
 size_t gt_count(redisContext *c, const char *pattern);
 
+/* Creates (or resets) the ACL user `user` with `password` on the server at host:port, allowed
+ * only the keys matching `keys` (e.g. "wxg:*") and exactly the commands docs/guard.md §7 lists
+ * for the guard, plus `extra` when not NULL (e.g. "+role" for Sentinel mode). ACL rules are not
+ * replicated: call it on every server the guard may reach. */
+void gt_acl_user(const char *host, int port, const char *user, const char *password,
+                 const char *keys, const char *extra);
+
 /* Whether a guard call's code is one a caller retries: the connection, a timeout, an error
  * reply, or too few WAIT acknowledgements. */
 int gt_retriable(int rc);
