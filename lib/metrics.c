@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "wxguard/err.h"
@@ -698,7 +697,8 @@ static double count_fds(long pid)
             n++;
     }
     closedir(d);
-    return n - 1; /* the descriptor opendir() itself holds while it reads */
+    /* Reading our own table lists the descriptor opendir() holds while it reads. */
+    return pid == (long)getpid() ? n - 1 : n;
 }
 
 /* The soft "Max open files" limit from /proc/PID/limits; -1 when unknown or unlimited. */

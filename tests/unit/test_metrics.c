@@ -288,7 +288,10 @@ static void process_stats_describe_this_process_and_a_child(void **state)
     assert_int_equal(wxg_process_stats(0, &b), 0);
     assert_true(b.cpu_seconds >= a.cpu_seconds + 0.05);
 
-    /* Another process, then the same pid once it is gone. */
+    /* Another process, then the same pid once it is gone. A child that opens nothing has the
+     * descriptors it inherited from us. */
+    wxg_process_stats_t mine;
+    assert_int_equal(wxg_process_stats(0, &mine), 0);
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
@@ -299,6 +302,7 @@ static void process_stats_describe_this_process_and_a_child(void **state)
     assert_int_equal(wxg_process_stats((long)child, &c), 0);
     assert_true(c.resident_bytes > 0);
     assert_true(c.start_time_seconds >= a.start_time_seconds);
+    assert_true(c.open_fds == mine.open_fds);
     kill(child, SIGKILL);
     assert_int_equal(waitpid(child, NULL, 0), child);
     assert_int_equal(wxg_process_stats((long)child, &c), WXG_ENOTFOUND);
