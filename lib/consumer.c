@@ -1986,8 +1986,8 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     m->stalled = wxg_metrics_gauge(r, "wxg_stalled",
                                    "1 while the stall detector holds /readyz false.", NULL);
     m->redis_up = wxg_metrics_gauge(r, "wxg_redis_reachable",
-                                    "0 while the latest Redis contact (a guard call or the "
-                                    "watchdog's probe) failed, 1 otherwise.",
+                                    "0 while the latest Redis contact (a guard call, or the "
+                                    "watchdog's lease renewal or probe) failed, 1 otherwise.",
                                     NULL);
     m->claim_seconds =
         wxg_metrics_histogram(r, "wxg_claim_duration_seconds",

@@ -708,6 +708,23 @@ static int auth_on(redisContext *c, const char *who, const char *user, const cha
     return rc;
 }
 
+/* Reads a {host, port} answer into host (size bytes) and *port; 0 when it is not one. */
+static int primary_addr(const redisReply *r, char *host, size_t size, int *port)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+        r->element[0]->len == 0 || r->element[0]->len >= size)
+        return 0;
+    char *end = NULL;
+    long p = strtol(r->element[1]->str, &end, 10);
+    if (end == r->element[1]->str || *end != '\0' || p < 1 || p > 65535)
+        return 0;
+    memcpy(host, r->element[0]->str, r->element[0]->len);
+    host[r->element[0]->len] = '\0';
+    *port = (int)p;
+    return 1;
+}
+
 /* Asks Sentinel `i` for the primary's address and keeps it in cur_host/cur_port. */
 static int sentinel_ask(wxg_guard_t *g, int i, char *errstr, size_t errstr_size)
 {
@@ -746,19 +763,7 @@ static int sentinel_ask(wxg_guard_t *g, int i, char *errstr, size_t errstr_size)
         set_err(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port, c->errstr);
         goto out;
     }
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
-        r->element[0]->len > 0 && r->element[0]->len < sizeof g->cur_host) {
-        char *end = NULL;
-        long port = strtol(r->element[1]->str, &end, 10);
-        if (end && *end == '\0' && port > 0 && port <= 65535) {
-            memcpy(g->cur_host, r->element[0]->str, r->element[0]->len);
-            g->cur_host[r->element[0]->len] = '\0';
-            g->cur_port = (int)port;
-        } else {
-            rc = WXG_EREDIS;
-        }
-    } else if (r->type == REDIS_REPLY_NIL) {
+    if (r->type == REDIS_REPLY_NIL) {
         rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
         set_err(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host, a->port,
                 g->sentinel_master);
@@ -767,12 +772,11 @@ static int sentinel_ask(wxg_guard_t *g, int i, char *errstr, size_t errstr_size)
         set_err(errstr, errstr_size,
                 "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host, a->port,
                 (int)(r->len > 160 ? 160 : r->len), r->str);
-    } else {
+    } else if (!primary_addr(r, g->cur_host, sizeof g->cur_host, &g->cur_port)) {
         rc = WXG_EREDIS;
-    }
-    if (rc == WXG_EREDIS && r->type != REDIS_REPLY_ERROR)
         set_err(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address", a->host,
                 a->port);
+    }
     freeReplyObject(r);
 out:
     redisFree(c);
