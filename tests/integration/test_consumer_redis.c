@@ -108,7 +108,7 @@ static void a_sentinel_failover_mid_run_loses_nothing_and_repeats_no_effect(void
     assert_int_equal(wxg_test_redis_start(&primary, NULL), 0);
     assert_int_equal(wxg_test_redis_start_replica(&replica, primary.port), 0);
     assert_int_equal(wxg_test_redis_wait_link(&replica, 20000), 0);
-    assert_int_equal(wxg_test_sentinel_start(&sentinel, "wxgmain", primary.port), 0);
+    assert_int_equal(wxg_test_sentinel_start(&sentinel, "wxgmain", primary.port, NULL), 0);
 
     wxg_ct_t t;
     wxg_ct_setup(&t, "ct-sentinel", PARTITIONS);

@@ -2,7 +2,8 @@
  * all private to this test. The guard finds the primary through the Sentinels (skipping one
  * that is down), follows a failover to the promoted replica without losing a DONE marker or an
  * in-flight claim that WAIT had replicated, and leaves a server that turned replica at its
- * first READONLY answer. It runs as an ACL user with only the documented commands. Bad Sentinel
+ * first READONLY answer. It runs as an ACL user with only the documented commands. A Sentinel
+ * that refuses (no or a wrong password) or names a replica is a clear error. Bad Sentinel
  * settings and an unknown primary name are clear errors. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,7 +35,7 @@ static int setup(void **state)
         wxg_test_redis_start_replica(&f->replica, f->primary.port) != 0)
         fail_msg("cannot start a primary and its replica");
     if (wxg_test_redis_wait_link(&f->replica, 20000) != 0 ||
-        wxg_test_sentinel_start(&f->sentinel, MASTER, f->primary.port) != 0)
+        wxg_test_sentinel_start(&f->sentinel, MASTER, f->primary.port, NULL) != 0)
         fail_msg("cannot start a Sentinel");
     /* A Sentinel that is down comes first: the guard must go on to the next. */
     snprintf(f->sentinels, sizeof f->sentinels, "127.0.0.1:%d, 127.0.0.1:%d", wxg_test_free_port(),
@@ -212,6 +213,40 @@ static void bad_sentinel_settings_and_an_unknown_primary_are_clear_errors(void *
     assert_non_null(strstr(err, "connecting to Sentinel 127.0.0.1:"));
 }
 
+static void a_sentinel_that_refuses_or_names_a_replica_is_a_clear_error(void **state)
+{
+    fixture *f = *state;
+    /* A Sentinel with a password of its own, watching the replica as if it were a primary. */
+    wxg_test_redis_t s;
+    assert_int_equal(wxg_test_sentinel_start(&s, "wrong", f->replica.port, "s3nt-Pass"), 0);
+    wxg_guard_conf_t c = f->conf;
+    char list[64];
+    snprintf(list, sizeof list, "127.0.0.1:%d", s.port);
+    c.sentinels = list;
+    c.sentinel_master = "wrong";
+    int rc = 0;
+    char err[256] = "";
+
+    /* No Sentinel password: the Sentinel refuses the question. */
+    assert_null(wxg_guard_new(&c, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_EAUTH);
+    assert_non_null(strstr(err, "refused SENTINEL get-master-addr-by-name: NOAUTH"));
+
+    /* A wrong one: AUTH fails, and the text does not repeat it. */
+    c.sentinel_password = "not-the-one";
+    assert_null(wxg_guard_new(&c, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_EAUTH);
+    assert_non_null(strstr(err, "AUTH as user 'default' failed"));
+    assert_null(strstr(err, "not-the-one"));
+
+    /* The right one: the Sentinel answers with the replica's address, which ROLE exposes. */
+    c.sentinel_password = "s3nt-Pass";
+    assert_null(wxg_guard_new(&c, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_ECONN);
+    assert_non_null(strstr(err, "is not a primary"));
+    wxg_test_redis_stop(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +256,8 @@ int main(void)
             a_server_turned_replica_is_left_at_its_first_readonly_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(
             bad_sentinel_settings_and_an_unknown_primary_are_clear_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_sentinel_that_refuses_or_names_a_replica_is_a_clear_error,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,6 +193,8 @@ static int sentinel_conf(const wxg_test_redis_t *r, char *path, size_t size)
             "sentinel down-after-milliseconds %s 1000\n"
             "sentinel failover-timeout %s 5000\n",
             r->port, r->dir, r->dir, r->monitors, r->monitored_port, r->monitors, r->monitors);
+    if (r->password)
+        fprintf(f, "requirepass %s\n", r->password);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -282,13 +284,15 @@ int wxg_test_redis_start_replica(wxg_test_redis_t *r, int primary_port)
     return start_on_free_port(r);
 }
 
-int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary_port)
+int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary_port,
+                            const char *password)
 {
     memset(r, 0, sizeof *r);
     r->dir = wxg_test_mkdtemp("wxg-sentinel");
     r->monitors = strdup(master);
     r->monitored_port = primary_port;
-    return r->monitors ? start_on_free_port(r) : -1;
+    r->password = password ? strdup(password) : NULL;
+    return r->monitors && (!password || r->password) ? start_on_free_port(r) : -1;
 }
 
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password)

@@ -66,8 +66,10 @@ int wxg_test_redis_start_replica(wxg_test_redis_t *r, int primary_port);
 
 /* Starts a Redis Sentinel (redis-server --sentinel) on a free port that monitors the primary at
  * 127.0.0.1:primary_port under the name `master`, with quorum 1, down-after 1 s and a failover
- * timeout of 5 s, so that a test can fail over in seconds. Stop it like a server. */
-int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary_port);
+ * timeout of 5 s, so that a test can fail over in seconds. `password` (may be NULL) is the
+ * Sentinel's own requirepass. Stop it like a server. */
+int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary_port,
+                            const char *password);
 
 /* Waits until the replica's link to its primary is up, for at most timeout_ms (scaled).
  * Start a Sentinel only after this, so that it learns of the replica at once. 0 or -1. */
