@@ -274,7 +274,16 @@ static const wxg_conf_keydef_t keys[] = {
          "Required with ingest.oa.aes.key."),
     KSTR("ingest.hmac.secret", "", 0, 1024, I_, WXG_CONF_SECRET,
          "Shared secret of the gateway: when set, every callback except the Official Account's "
-         "must carry X-Wxg-Signature: sha256=<hex HMAC-SHA256 of the body> (401 otherwise)."),
+         "must carry X-Wxg-Timestamp: <Unix seconds> and X-Wxg-Signature: sha256=<hex "
+         "HMAC-SHA256 of the timestamp, '.', and the body> (401 otherwise); with "
+         "ingest.signature.tolerance.ms = 0 a request without X-Wxg-Timestamp may sign the body "
+         "alone."),
+    KDUR("ingest.signature.tolerance.ms", "5m", 0, 1 * DAY, I_,
+         "Replay window of signed callbacks: a request whose signed timestamp (the Official "
+         "Account's timestamp parameter, the gateway's X-Wxg-Timestamp) is older or further in "
+         "the future than this is refused with 401, so that a captured request cannot be "
+         "replayed after the DONE retention has forgotten it. 0 turns the check off. Keep it "
+         "well below guard.done.retention."),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])

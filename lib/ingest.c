@@ -43,7 +43,8 @@
 #include <librdkafka/rdkafka.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
 
 #include "err_int.h"
 #include "key_int.h"
@@ -64,6 +65,11 @@
 enum endpoint { EP_WKTEAM = 0, EP_GEWE, EP_OA, EP_GENERIC, EP_AUTO, EP_OTHER, EP_COUNT };
 static const char *const ep_names[EP_COUNT] = {"wkteam", "gewe", "oa", "generic", "auto", "other"};
 
+/* Why a request was refused 401, also the label values of the refusal counter. */
+static const char *const refusal_names[] = {"bad_signature", "bad_hmac", "missing_timestamp",
+                                            "bad_timestamp", "expired",  "future"};
+#define NREFUSAL (sizeof refusal_names / sizeof refusal_names[0])
+
 /* Statuses counted per endpoint. */
 static const unsigned statuses[] = {200, 400, 401, 404, 405, 413, 500, 503};
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
@@ -73,8 +79,9 @@ struct wxg_ingest_s {
     wxg_producer_t *producer;
     wxg_metrics_t *metrics;
     char *topic;
-    char *oa_token;    /* NULL: the oa endpoint is off */
-    char *hmac_secret; /* NULL: no gateway HMAC */
+    char *oa_token;       /* NULL: the oa endpoint is off */
+    char *hmac_secret;    /* NULL: no gateway HMAC */
+    int64_t tolerance_ms; /* replay window of signed timestamps, 0: off */
     /* Safe mode: the EncodingAESKey (and the one before it, during a rotation) as AES keys, and
      * the AppId the plaintext must end with. has_key 0: encrypted pushes are refused. */
     unsigned char oa_key[WXG_OA_AES_KEY_BYTES], oa_key_prev[WXG_OA_AES_KEY_BYTES];
@@ -85,6 +92,7 @@ struct wxg_ingest_s {
     uint64_t rid_base; /* random, so request ids of two processes differ */
     atomic_uint_fast64_t rid_next;
     _Atomic(wxg_metric_t *) requests[EP_COUNT][NSTATUS];
+    _Atomic(wxg_metric_t *) refusals[EP_COUNT][NREFUSAL];
     wxg_metric_t *produce_seconds;
     wxg_metric_t *bytes;
 };
@@ -131,30 +139,95 @@ int wxg_ingest_oa_verify(const char *token, const char *timestamp, const char *n
     return wxg__hex_equal(want, signature, 40) ? 0 : WXG_EAUTH;
 }
 
-int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t len, char out[72])
+/* HMAC-SHA256 under `secret` of "<timestamp>." and the body (of the body alone when timestamp
+ * is NULL), as "sha256=<hex>". */
+int wxg_ingest_hmac_sign_ts(const char *secret, const char *timestamp, const void *body, size_t len,
+                            char out[72])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
     static const unsigned char nothing[1];
-    if (secret == NULL || out == NULL || (body == NULL && len > 0))
+    if (secret == NULL || out == NULL || (body == NULL && len > 0) ||
+        (timestamp != NULL && strlen(timestamp) > SIG_PART_MAX))
         return WXG_EINVAL;
-    if (HMAC(EVP_sha256(), secret, (int)strlen(secret), body != NULL ? body : nothing, len, md,
-             &mdlen) == NULL ||
-        mdlen != 32)
+    /* EVP_MAC rather than HMAC_CTX, which OpenSSL 3 deprecates: the timestamp and the body are
+     * fed in turn, so the body is never copied to prefix it. */
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *h = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                           OSSL_PARAM_construct_end()};
+    size_t mdlen = 0;
+    int ok =
+        h != NULL && EVP_MAC_init(h, (const unsigned char *)secret, strlen(secret), params) == 1;
+    if (ok && timestamp != NULL)
+        ok = EVP_MAC_update(h, (const unsigned char *)timestamp, strlen(timestamp)) == 1 &&
+             EVP_MAC_update(h, (const unsigned char *)".", 1) == 1;
+    ok = ok && EVP_MAC_update(h, body != NULL ? body : nothing, len) == 1 &&
+         EVP_MAC_final(h, md, &mdlen, sizeof md) == 1 && mdlen == 32;
+    EVP_MAC_CTX_free(h);
+    EVP_MAC_free(mac);
+    if (!ok)
         return WXG_ENOMEM;
     memcpy(out, "sha256=", 7);
     wxg__to_hex(md, 32, out + 7);
     return 0;
 }
 
-int wxg_ingest_hmac_verify(const char *secret, const void *body, size_t len, const char *header)
+int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t len, char out[72])
+{
+    return wxg_ingest_hmac_sign_ts(secret, NULL, body, len, out);
+}
+
+int wxg_ingest_hmac_verify_ts(const char *secret, const char *timestamp, const void *body,
+                              size_t len, const char *header)
 {
     char want[72];
     if (header == NULL || strncasecmp(header, "sha256=", 7) != 0)
         return WXG_EAUTH;
-    if (wxg_ingest_hmac_sign(secret, body, len, want) != 0)
+    if (wxg_ingest_hmac_sign_ts(secret, timestamp, body, len, want) != 0)
         return WXG_EAUTH;
     return wxg__hex_equal(want + 7, header + 7, 64) ? 0 : WXG_EAUTH;
+}
+
+int wxg_ingest_hmac_verify(const char *secret, const void *body, size_t len, const char *header)
+{
+    return wxg_ingest_hmac_verify_ts(secret, NULL, body, len, header);
+}
+
+int wxg_ingest_timestamp_check(const char *timestamp, int64_t tolerance_ms, int64_t now_ms,
+                               const char **why)
+{
+    const char *dummy;
+    if (why == NULL)
+        why = &dummy;
+    *why = NULL;
+    if (tolerance_ms <= 0)
+        return 0;
+    if (timestamp == NULL || timestamp[0] == '\0') {
+        *why = "missing_timestamp";
+        return WXG_EAUTH;
+    }
+    /* Plain decimal seconds, nothing else: a sign, spaces or a fraction would be a second way to
+     * write one signed value. Twelve digits reach the year 33658. */
+    int64_t secs = 0;
+    size_t n = 0;
+    for (; timestamp[n] != '\0'; n++) {
+        if (n >= 12 || timestamp[n] < '0' || timestamp[n] > '9') {
+            *why = "bad_timestamp";
+            return WXG_EAUTH;
+        }
+        secs = secs * 10 + (timestamp[n] - '0');
+    }
+    int64_t age_ms = now_ms - secs * 1000;
+    if (age_ms > tolerance_ms) {
+        *why = "expired";
+        return WXG_EAUTH;
+    }
+    if (-age_ms > tolerance_ms) {
+        *why = "future";
+        return WXG_EAUTH;
+    }
+    return 0;
 }
 
 /* ---- metrics ------------------------------------------------------------------------------- */
@@ -176,6 +249,24 @@ static void count(wxg_ingest_t *in, enum endpoint ep, unsigned status)
                                 "Callback requests answered, by endpoint and HTTP status.",
                                 "endpoint", ep_names[ep], "status", st, NULL);
         atomic_store(&in->requests[ep][si], m);
+    }
+    wxg_counter_inc(m);
+}
+
+/* Counts a 401 by its reason (one of refusal_names). */
+static void count_refusal(wxg_ingest_t *in, enum endpoint ep, const char *why)
+{
+    size_t ri = 0;
+    while (ri < NREFUSAL && strcmp(refusal_names[ri], why) != 0)
+        ri++;
+    if (in->metrics == NULL || ri == NREFUSAL)
+        return;
+    wxg_metric_t *m = atomic_load(&in->refusals[ep][ri]);
+    if (m == NULL) {
+        m = wxg_metrics_counter(in->metrics, "wxg_ingest_auth_refused_total",
+                                "Callback requests refused with 401, by endpoint and reason.",
+                                "endpoint", ep_names[ep], "reason", refusal_names[ri], NULL);
+        atomic_store(&in->refusals[ep][ri], m);
     }
     wxg_counter_inc(m);
 }
@@ -397,6 +488,73 @@ out:
  * msg_signature over the Encrypt text, decrypt it (with the previous key when the current one
  * does not fit), and store the plaintext push. Compatible mode carries the plaintext fields too,
  * but they are covered by no signature, so the decrypted copy is what counts there as well. */
+/* Answers 401 for `why` (one of refusal_names), logs it and counts it. `what` names the
+ * signature for the log line (NULL: none). */
+static void refuse(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, const char *why,
+                   const char *what, const char *text)
+{
+    ri->outcome = why;
+    count_refusal(in, ri->ep, why);
+    wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri->request_id),
+            WXG_LS("endpoint", ep_names[ri->ep]), WXG_LS("signature", what), WXG_LS("reason", why));
+    answer(in, ri, resp, 401, "EAUTH: %s", text);
+}
+
+/* The replay window: a signed timestamp outside ingest.signature.tolerance.ms is refused. It is
+ * checked only after the signature proved who set the timestamp. Returns 0 when the request may
+ * go on; otherwise it has been answered. */
+static int check_age(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, const char *timestamp,
+                     const char *what)
+{
+    const char *why = NULL;
+    if (wxg_ingest_timestamp_check(timestamp, in->tolerance_ms, wall_ms(), &why) == 0)
+        return 0;
+    char text[160];
+    snprintf(text, sizeof text, "%s %s (ingest.signature.tolerance.ms is %" PRId64 ")",
+             strcmp(why, "missing_timestamp") == 0 ? "no signed timestamp on the"
+             : strcmp(why, "bad_timestamp") == 0   ? "malformed signed timestamp on the"
+             : strcmp(why, "expired") == 0         ? "signed timestamp too old on the"
+                                                   : "signed timestamp in the future on the",
+             what, in->tolerance_ms);
+    refuse(in, ri, resp, why, what, text);
+    return -1;
+}
+
+/* The gateway HMAC (every endpoint but oa, when ingest.hmac.secret is set). With the replay
+ * window on, the HMAC must cover X-Wxg-Timestamp; with it off, a body-only HMAC is still taken.
+ * Returns 0 when the request may go on; otherwise it has been answered. */
+static int check_hmac(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req, const char *body,
+                      size_t len, wxg_httpd_resp_t *resp)
+{
+    if (in->hmac_secret == NULL)
+        return 0;
+    const char *ts = wxg_httpd_req_header(req, WXG_INGEST_TIMESTAMP_HEADER);
+    if (ts == NULL && in->tolerance_ms > 0)
+        return check_age(in, ri, resp, NULL, WXG_INGEST_HMAC_HEADER);
+    if (wxg_ingest_hmac_verify_ts(in->hmac_secret, ts, body, len,
+                                  wxg_httpd_req_header(req, WXG_INGEST_HMAC_HEADER)) != 0) {
+        refuse(in, ri, resp, "bad_hmac", WXG_INGEST_HMAC_HEADER,
+               "bad or missing " WXG_INGEST_HMAC_HEADER);
+        return -1;
+    }
+    return ts != NULL ? check_age(in, ri, resp, ts, WXG_INGEST_HMAC_HEADER) : 0;
+}
+
+/* The Official Account's signature over token, timestamp and nonce, then its timestamp's age.
+ * Returns 0 when the request may go on; otherwise it has been answered. */
+static int check_oa(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req,
+                    wxg_httpd_resp_t *resp)
+{
+    const char *ts = wxg_httpd_req_query(req, "timestamp");
+    if (wxg_ingest_oa_verify(in->oa_token, ts, wxg_httpd_req_query(req, "nonce"),
+                             wxg_httpd_req_query(req, "signature")) != 0) {
+        refuse(in, ri, resp, "bad_signature", "signature",
+               "bad or missing Official Account signature");
+        return -1;
+    }
+    return check_age(in, ri, resp, ts, "signature");
+}
+
 static void ingest_encrypted(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req,
                              const char *path_account, const char *body, size_t len, int64_t t0,
                              wxg_httpd_resp_t *resp)
@@ -414,10 +572,8 @@ static void ingest_encrypted(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_
     if (wxg_oa_msg_verify(in->oa_token, wxg_httpd_req_query(req, "timestamp"),
                           wxg_httpd_req_query(req, "nonce"), enc, enc_len,
                           wxg_httpd_req_query(req, "msg_signature")) != 0) {
-        ri->outcome = "bad_signature";
-        wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri->request_id),
-                WXG_LS("endpoint", "oa"), WXG_LS("signature", "msg_signature"));
-        answer(in, ri, resp, 401, "EAUTH: bad or missing msg_signature of an encrypted push");
+        refuse(in, ri, resp, "bad_signature", "msg_signature",
+               "bad or missing msg_signature of an encrypted push");
         goto out;
     }
     rc = wxg_oa_decrypt(in->oa_key, in->oa_appid, enc, enc_len, &plain, &plain_len, reason,
@@ -486,15 +642,8 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
                    "Official Account callbacks are off (ingest.oa.token is empty)");
             goto out;
         }
-        if (wxg_ingest_oa_verify(in->oa_token, wxg_httpd_req_query(req, "timestamp"),
-                                 wxg_httpd_req_query(req, "nonce"),
-                                 wxg_httpd_req_query(req, "signature")) != 0) {
-            ri.outcome = "bad_signature";
-            wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri.request_id),
-                    WXG_LS("endpoint", "oa"));
-            answer(in, &ri, resp, 401, "EAUTH: bad or missing Official Account signature");
+        if (check_oa(in, &ri, req, resp) != 0)
             goto out;
-        }
         if (is_get) {
             /* URL verification: echo echostr, exactly, once the signature proved the sender. */
             const char *echo = wxg_httpd_req_query(req, "echostr");
@@ -512,13 +661,7 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
             goto out;
         }
         fmt = sniff_oa(body, len);
-    } else if (in->hmac_secret != NULL &&
-               wxg_ingest_hmac_verify(in->hmac_secret, body, len,
-                                      wxg_httpd_req_header(req, WXG_INGEST_HMAC_HEADER)) != 0) {
-        ri.outcome = "bad_hmac";
-        wxg_log(WXG_LOG_WARN, "signature_refused", WXG_LS("request_id", ri.request_id),
-                WXG_LS("endpoint", ep_names[ri.ep]));
-        answer(in, &ri, resp, 401, "EAUTH: bad or missing " WXG_INGEST_HMAC_HEADER);
+    } else if (check_hmac(in, &ri, req, body, len, resp) != 0) {
         goto out;
     }
     ingest_body(in, &ri, fmt, account, body, len, t0, resp);
@@ -627,6 +770,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     in->topic = dup_nonempty(wxg_conf_get(conf, "ingest.topic"), &oom);
     in->oa_token = dup_nonempty(wxg_conf_get(conf, "ingest.oa.token"), &oom);
     in->hmac_secret = dup_nonempty(wxg_conf_get(conf, "ingest.hmac.secret"), &oom);
+    in->tolerance_ms = wxg_conf_int(conf, "ingest.signature.tolerance.ms");
     in->oa_appid = dup_nonempty(wxg_conf_get(conf, "ingest.oa.appid"), &oom);
     if (oom || in->topic == NULL) {
         wxg__errf(errstr, errstr_size, oom ? "out of memory" : "ingest.topic is empty");
@@ -682,7 +826,8 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
             WXG_LI("port", wxg_httpd_port(in->httpd)), WXG_LS("topic", in->topic),
             WXG_LI("budget_ms", in->budget_ms), WXG_LU("max_body", in->max_body),
             WXG_LU("concurrency", ho.max_inflight), WXG_LB("oa", in->oa_token != NULL),
-            WXG_LB("oa_safe_mode", in->has_key), WXG_LB("hmac", in->hmac_secret != NULL));
+            WXG_LB("oa_safe_mode", in->has_key), WXG_LB("hmac", in->hmac_secret != NULL),
+            WXG_LI("signature_tolerance_ms", in->tolerance_ms));
     return in;
 fail:
     wxg_ingest_destroy(in);

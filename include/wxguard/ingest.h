@@ -17,7 +17,9 @@
  *        Account push sent to another endpoint than oa, or a message of another account than the
  *        one in the path;
  *   401  a bad Official Account signature, or a missing or bad X-Wxg-Signature when
- *        ingest.hmac.secret is set (every endpoint except oa);
+ *        ingest.hmac.secret is set (every endpoint except oa), or a signed timestamp outside
+ *        ingest.signature.tolerance.ms (a replayed or badly clocked request; also a gateway
+ *        request without X-Wxg-Timestamp while the tolerance is on);
  *   404  an unknown path or format, or the oa endpoint while ingest.oa.token is empty;
  *   405  another method (Allow names the right ones);
  *   413  a body over ingest.max.body.bytes (declared or streamed), or larger than Kafka accepts;
@@ -36,6 +38,7 @@
 #define WXGUARD_INGEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "wxguard/common.h"
 #include "wxguard/conf.h"
@@ -52,6 +55,9 @@
 
 /* The gateway HMAC header: "sha256=" followed by 64 hex digits. */
 #define WXG_INGEST_HMAC_HEADER "X-Wxg-Signature"
+/* The gateway's signing time, Unix seconds in decimal; covered by the HMAC (see
+ * wxg_ingest_hmac_sign_ts) and checked against ingest.signature.tolerance.ms. */
+#define WXG_INGEST_TIMESTAMP_HEADER "X-Wxg-Timestamp"
 
 typedef struct wxg_ingest_s wxg_ingest_t;
 
@@ -95,5 +101,20 @@ WXG_EXPORT int wxg_ingest_hmac_sign(const char *secret, const void *body, size_t
  * it matches, WXG_EAUTH otherwise (also when `header` is NULL or malformed). */
 WXG_EXPORT int wxg_ingest_hmac_verify(const char *secret, const void *body, size_t len,
                                       const char *header);
+
+/* The same with a signing time: the HMAC covers `timestamp` (the X-Wxg-Timestamp value, at most
+ * 256 bytes), a '.', then the body, so that a replay with a fresh timestamp does not verify. A
+ * NULL timestamp gives the body-only forms above. Pure; any thread. */
+WXG_EXPORT int wxg_ingest_hmac_sign_ts(const char *secret, const char *timestamp, const void *body,
+                                       size_t len, char out[72]);
+WXG_EXPORT int wxg_ingest_hmac_verify_ts(const char *secret, const char *timestamp,
+                                         const void *body, size_t len, const char *header);
+
+/* Checks a signed timestamp (decimal Unix seconds) against the clock `now_ms` (Unix ms): 0 when
+ * it is within `tolerance_ms` either way (or tolerance_ms is 0), WXG_EAUTH otherwise. *why (may
+ * be NULL) names the refusal: "missing_timestamp", "bad_timestamp", "expired" or "future".
+ * Pure; any thread. */
+WXG_EXPORT int wxg_ingest_timestamp_check(const char *timestamp, int64_t tolerance_ms,
+                                          int64_t now_ms, const char **why);
 
 #endif /* WXGUARD_INGEST_H */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/time.h>
 
 #include "wxguard/conf.h"
@@ -190,12 +191,20 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* The current time as the decimal Unix seconds a signer sends: signed requests must fall
+ * within ingest.signature.tolerance.ms of the receiver's clock. */
+static void now_ts(char out[24])
+{
+    snprintf(out, 24, "%lld", (long long)time(NULL));
+}
+
 /* The OA query string for a fresh timestamp/nonce. */
 static void oa_target(char *out, size_t size, const char *nonce)
 {
-    char sig[41];
-    assert_int_equal(wxg_ingest_oa_signature(OA_TOKEN, "1732329909", nonce, sig), 0);
-    snprintf(out, size, "/v1/callback/oa?signature=%s&timestamp=1732329909&nonce=%s", sig, nonce);
+    char sig[41], ts[24];
+    now_ts(ts);
+    assert_int_equal(wxg_ingest_oa_signature(OA_TOKEN, ts, nonce, sig), 0);
+    snprintf(out, size, "/v1/callback/oa?signature=%s&timestamp=%s&nonce=%s", sig, ts, nonce);
 }
 
 static int is_oa_sample(const char *file)
@@ -439,17 +448,17 @@ static unsigned post_sealed(int port, const char *eak, const char *appid, const 
     assert_int_equal(wxg_oa_encrypt(key, appid, (const unsigned char *)"FAKERANDOMBYTES!", msg,
                                     strlen(msg), &enc),
                      0);
-    char msig[41], target[512], body[4096];
-    assert_int_equal(wxg_oa_msg_signature(OA_TOKEN, "1732330200", nonce, enc, strlen(enc), msig),
-                     0);
+    char msig[41], target[512], body[4096], ts[24];
+    now_ts(ts);
+    assert_int_equal(wxg_oa_msg_signature(OA_TOKEN, ts, nonce, enc, strlen(enc), msig), 0);
     if (bad_sig)
         msig[0] = msig[0] == '0' ? '1' : '0';
     char sig[41];
-    assert_int_equal(wxg_ingest_oa_signature(OA_TOKEN, "1732330200", nonce, sig), 0);
+    assert_int_equal(wxg_ingest_oa_signature(OA_TOKEN, ts, nonce, sig), 0);
     snprintf(target, sizeof target,
-             "/v1/callback/oa?signature=%s&timestamp=1732330200&nonce=%s&openid=oFAKE"
+             "/v1/callback/oa?signature=%s&timestamp=%s&nonce=%s&openid=oFAKE"
              "&encrypt_type=aes&msg_signature=%s",
-             sig, nonce, msig);
+             sig, ts, nonce, msig);
     int bl = snprintf(body, sizeof body,
                       "<xml><ToUserName><![CDATA[gh_fake00000001]]></ToUserName>"
                       "<Encrypt><![CDATA[%s]]></Encrypt></xml>",

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wxguard/conf.h"
 #include "wxguard/err.h"
@@ -178,8 +179,10 @@ static void oa_signature_is_checked_and_the_url_verification_echoes(void **state
     (void)state;
     fixture f;
     char body[1024], target[512], sig[41];
-    const char *extra[] = {"ingest.oa.token=AAAAA"};
-    start(&f, extra, 1);
+    /* The documented vectors carry fixed, old timestamps: the replay window is off here and
+     * tested on its own below. */
+    const char *extra[] = {"ingest.oa.token=AAAAA", "ingest.signature.tolerance.ms=0"};
+    start(&f, extra, 2);
     snprintf(target, sizeof target,
              "/v1/callback/oa?signature=f464b24fc39322e44b38aa78f5edd27bd1441696"
              "&timestamp=1714036504&nonce=1514711492&echostr=8412345678901234567");
@@ -279,8 +282,9 @@ static void the_gateway_hmac_is_required_when_a_secret_is_set(void **state)
     (void)state;
     fixture f;
     char body[1024], hv[72], hdr[128];
-    const char *extra[] = {"ingest.hmac.secret=s3cret"};
-    start(&f, extra, 1);
+    /* With the replay window off, an HMAC over the body alone is still taken. */
+    const char *extra[] = {"ingest.hmac.secret=s3cret", "ingest.signature.tolerance.ms=0"};
+    start(&f, extra, 2);
     assert_int_equal(req(&f, "POST", "/v1/callback/generic", NULL, generic_json,
                          sizeof generic_json - 1, body, sizeof body, NULL, 0),
                      401);
@@ -303,6 +307,119 @@ static void the_gateway_hmac_is_required_when_a_secret_is_set(void **state)
         strstr(m, "wxg_ingest_requests_total{endpoint=\"generic\",status=\"503\"} 1\n"));
     free(m);
     stop(&f);
+}
+
+/* An OA request signed at `ts` (decimal Unix seconds) for the o1 push; returns the status. */
+static int post_oa_at(fixture *f, const char *ts, char *body, size_t body_size)
+{
+    char sig[41], target[256];
+    assert_int_equal(wxg_ingest_oa_signature("AAAAA", ts, "31", sig), 0);
+    snprintf(target, sizeof target, "/v1/callback/oa?signature=%s&timestamp=%s&nonce=31", sig, ts);
+    return req(f, "POST", target, NULL, o1_xml, sizeof o1_xml - 1, body, body_size, NULL, 0);
+}
+
+/* A gateway request: X-Wxg-Timestamp `hdr_ts` (NULL: none) and an HMAC made over `signed_ts`
+ * (NULL: over the body alone). Returns the status. */
+static int post_gateway_at(fixture *f, const char *hdr_ts, const char *signed_ts, char *body,
+                           size_t body_size)
+{
+    char hv[72], hdr[256];
+    assert_int_equal(
+        wxg_ingest_hmac_sign_ts("s3cret", signed_ts, generic_json, sizeof generic_json - 1, hv), 0);
+    if (hdr_ts != NULL)
+        snprintf(hdr, sizeof hdr, "X-Wxg-Signature: %s\r\nX-Wxg-Timestamp: %s\r\n", hv, hdr_ts);
+    else
+        snprintf(hdr, sizeof hdr, "X-Wxg-Signature: %s\r\n", hv);
+    return req(f, "POST", "/v1/callback/generic", hdr, generic_json, sizeof generic_json - 1, body,
+               body_size, NULL, 0);
+}
+
+static void signed_requests_outside_the_replay_window_are_refused_and_counted(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024], now[24], old[24], ahead[24], edge[24];
+    const char *extra[] = {"ingest.oa.token=AAAAA", "ingest.hmac.secret=s3cret",
+                           "ingest.signature.tolerance.ms=5m"};
+    start(&f, extra, 3);
+    long long t = (long long)time(NULL);
+    snprintf(now, sizeof now, "%lld", t);
+    snprintf(old, sizeof old, "%lld", t - 310);
+    snprintf(ahead, sizeof ahead, "%lld", t + 320);
+    snprintf(edge, sizeof edge, "%lld", t - 290);
+
+    /* Official Account: a fresh or slightly old signature passes the checks (Kafka is down:
+     * 503); one signed 310 s ago or 320 s ahead (each 503 takes 0.3 s of the clock) is refused
+     * although the signature is right. */
+    assert_int_equal(post_oa_at(&f, now, body, sizeof body), 503);
+    assert_int_equal(post_oa_at(&f, edge, body, sizeof body), 503);
+    assert_int_equal(post_oa_at(&f, old, body, sizeof body), 401);
+    assert_non_null(strstr(body, "too old"));
+    assert_non_null(strstr(body, "ingest.signature.tolerance.ms"));
+    assert_int_equal(post_oa_at(&f, ahead, body, sizeof body), 401);
+    assert_non_null(strstr(body, "future"));
+    assert_int_equal(post_oa_at(&f, "17e8", body, sizeof body), 401);
+
+    /* Gateway: the HMAC must cover a fresh X-Wxg-Timestamp. */
+    assert_int_equal(post_gateway_at(&f, now, now, body, sizeof body), 503);
+    assert_int_equal(post_gateway_at(&f, NULL, NULL, body, sizeof body), 401);
+    assert_non_null(strstr(body, "no signed timestamp"));
+    assert_int_equal(post_gateway_at(&f, old, old, body, sizeof body), 401);
+    assert_non_null(strstr(body, "too old"));
+    /* A captured request with its timestamp header refreshed no longer verifies. */
+    assert_int_equal(post_gateway_at(&f, now, old, body, sizeof body), 401);
+    assert_non_null(strstr(body, "X-Wxg-Signature"));
+    /* Nor does a body-only HMAC with a timestamp header added. */
+    assert_int_equal(post_gateway_at(&f, now, NULL, body, sizeof body), 401);
+
+    char *m = render(f.reg);
+    static const char *const want[] = {
+        "wxg_ingest_auth_refused_total{endpoint=\"oa\",reason=\"expired\"} 1\n",
+        "wxg_ingest_auth_refused_total{endpoint=\"oa\",reason=\"future\"} 1\n",
+        "wxg_ingest_auth_refused_total{endpoint=\"oa\",reason=\"bad_timestamp\"} 1\n",
+        "wxg_ingest_auth_refused_total{endpoint=\"generic\",reason=\"missing_timestamp\"} 1\n",
+        "wxg_ingest_auth_refused_total{endpoint=\"generic\",reason=\"expired\"} 1\n",
+        "wxg_ingest_auth_refused_total{endpoint=\"generic\",reason=\"bad_hmac\"} 2\n",
+        "wxg_ingest_requests_total{endpoint=\"oa\",status=\"401\"} 3\n",
+        "wxg_ingest_requests_total{endpoint=\"generic\",status=\"401\"} 4\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (strstr(m, want[i]) == NULL)
+            fail_msg("missing %s in\n%s", want[i], m);
+    }
+    free(m);
+    stop(&f);
+}
+
+static void the_timestamp_check_takes_plain_seconds_within_the_tolerance(void **state)
+{
+    (void)state;
+    const char *why = NULL;
+    int64_t now = 1700000000000;
+    assert_int_equal(wxg_ingest_timestamp_check("1700000000", 300000, now, &why), 0);
+    assert_int_equal(wxg_ingest_timestamp_check("1699999700", 300000, now, &why), 0);
+    assert_int_equal(wxg_ingest_timestamp_check("1699999699", 300000, now, &why), WXG_EAUTH);
+    assert_string_equal(why, "expired");
+    assert_int_equal(wxg_ingest_timestamp_check("1700000301", 300000, now, &why), WXG_EAUTH);
+    assert_string_equal(why, "future");
+    assert_int_equal(wxg_ingest_timestamp_check(NULL, 300000, now, &why), WXG_EAUTH);
+    assert_string_equal(why, "missing_timestamp");
+    static const char *const bad[] = {"",   "+1700000000",  " 1700000000", "1700000000.5",
+                                      "-1", "1700000000000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(wxg_ingest_timestamp_check(bad[i], 300000, now, &why), WXG_EAUTH);
+        assert_string_equal(why, bad[i][0] == '\0' ? "missing_timestamp" : "bad_timestamp");
+    }
+    /* Tolerance 0: no check at all. */
+    assert_int_equal(wxg_ingest_timestamp_check(NULL, 0, now, &why), 0);
+    assert_null(why);
+    /* The timestamped HMAC is the HMAC of "<timestamp>." and the body. */
+    char a[72], b[72];
+    assert_int_equal(wxg_ingest_hmac_sign_ts("k", "1700000000", "body", 4, a), 0);
+    assert_int_equal(wxg_ingest_hmac_sign("k", "1700000000.body", 15, b), 0);
+    assert_string_equal(a, b);
+    assert_int_equal(wxg_ingest_hmac_verify_ts("k", "1700000000", "body", 4, a), 0);
+    assert_int_equal(wxg_ingest_hmac_verify_ts("k", "1700000001", "body", 4, a), WXG_EAUTH);
 }
 
 #define EAK "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"
@@ -335,8 +452,8 @@ static void encrypted_pushes_that_fail_a_check_are_refused_before_kafka(void **s
     fixture f;
     char body[1024];
     const char *extra[] = {"ingest.oa.token=AAAAA", "ingest.oa.aes.key=" EAK,
-                           "ingest.oa.appid=wx_FAKEAPPID_0001"};
-    start(&f, extra, 3);
+                           "ingest.oa.appid=wx_FAKEAPPID_0001", "ingest.signature.tolerance.ms=0"};
+    start(&f, extra, 4);
     unsigned char key[WXG_OA_AES_KEY_BYTES];
     char *enc = NULL;
     assert_int_equal(wxg_oa_aes_key(EAK, key), 0);
@@ -423,6 +540,8 @@ int main(void)
         cmocka_unit_test(undecodable_and_oversized_bodies_get_400_and_413_with_a_reason),
         cmocka_unit_test(kafka_down_gives_503_with_retry_after_and_not_ready),
         cmocka_unit_test(the_gateway_hmac_is_required_when_a_secret_is_set),
+        cmocka_unit_test(signed_requests_outside_the_replay_window_are_refused_and_counted),
+        cmocka_unit_test(the_timestamp_check_takes_plain_seconds_within_the_tolerance),
         cmocka_unit_test(encrypted_pushes_that_fail_a_check_are_refused_before_kafka),
         cmocka_unit_test(unusable_safe_mode_settings_fail_start_with_a_reason),
         cmocka_unit_test(a_bad_listen_address_fails_start_with_a_reason),
