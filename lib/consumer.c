@@ -698,7 +698,7 @@ static int write_dlq(wstate *ws, job *j)
     wxg_log(WXG_LOG_WARN, "dead_lettered", WXG_LS("topic", r->part->topic),
             WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset),
             WXG_LERR(dr.error), WXG_LU("attempts", j->attempts), WXG_LS("plugin", j->fail_plugin),
-            WXG_LS("key", j->msg ? j->msg->key : NULL),
+            WXG_LID("key", j->msg ? j->msg->key : NULL),
             WXG_LS("reason", j->fail_reason ? j->fail_reason : wxg_strerror(dr.error)));
     if (j->has_claim) {
         j->phase = PH_FAILMARK; /* picked up by the fail-mark step of this same run */
@@ -1838,7 +1838,7 @@ static void check_stalls(wxg_consumer_t *c)
             if (!p->stalled || p->stalled_offset != offset)
                 wxg_log(WXG_LOG_WARN, "stalled", WXG_LS("topic", p->topic),
                         WXG_LI("partition", p->partition), WXG_LI("offset", offset),
-                        WXG_LS("key", key[0] ? key : NULL), WXG_LI("in_flight_ms", age_ms),
+                        WXG_LID("key", key[0] ? key : NULL), WXG_LI("in_flight_ms", age_ms),
                         WXG_LI("paused_ms", paused_ms), WXG_LI("limit_ms", limit));
             if (nstalled == 0)
                 snprintf(reason, sizeof reason,
