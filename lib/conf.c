@@ -99,7 +99,7 @@ static const wxg_conf_keydef_t keys[] = {
          "Messages held in the worker queues at most; as many again may wait in the poll "
          "thread's backlog. A full backlog stops polling until the workers make room; one "
          "that stays full for 200 ms pauses every partition (resumed at half of it)."),
-    KINT("consumer.batch.max", "64", 1, 1024, C_,
+    KINT("consumer.batch.max", "64", 1, 1024, C_ | T_,
          "Messages claimed or completed in one Redis script call at most."),
     KDUR("consumer.batch.delay.ms", "1ms", 0, 1 * SEC, C_,
          "How long a worker waits to fill a batch before it sends a partial one."),
@@ -174,22 +174,24 @@ static const wxg_conf_keydef_t keys[] = {
      .max = 64,
      .programs = C_ | T_,
      .desc = "Prefix of every Redis key wxguard writes (letters, digits, '_', '-', '.', ':'); "
-             "lets several deployments share one Redis.",
+             "lets several deployments share one Redis. A ':' is added when it does not end "
+             "in one, so 63 bytes is the most without it.",
      .check = check_key_prefix},
 
     /* The idempotency guard. */
-    KDUR("guard.lease.ms", "30s", 100, 1 * HOUR, C_,
+    KDUR("guard.lease.ms", "30s", 100, 1 * HOUR, C_ | T_,
          "How long a claim stays owned without renewal; a crashed replica's messages are taken "
          "over after it."),
-    KDUR("guard.done.retention", "7d", 1 * MIN, 365 * DAY, C_,
+    KDUR("guard.done.retention", "7d", 1 * MIN, 365 * DAY, C_ | T_,
          "How long a finished message is remembered; a duplicate arriving later than this is "
          "processed again. Needs a unit (s, m, h, d)."),
     KDUR("guard.failed.retention", "30d", 1 * MIN, 365 * DAY, C_ | T_,
          "How long a dead-lettered message's FAILED record is kept for inspection and redrive."),
-    KINT("guard.wait.replicas", "0", 0, 16, C_,
-         "Redis replicas that must acknowledge a DONE record (WAIT) before the offset may pass "
-         "it; 0 does not wait."),
-    KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_, "Timeout of that WAIT."),
+    KINT("guard.wait.replicas", "0", 0, 16, C_ | T_,
+         "Redis replicas that must acknowledge each write of the guard (WAIT): a DONE record "
+         "before the offset may pass it, and wxguardctl's release, purge and redrive; 0 does "
+         "not wait."),
+    KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_ | T_, "Timeout of that WAIT."),
     /* The upper bound is WXG_DONECACHE_MAX_ENTRIES (include/wxguard/donecache.h). */
     KINT("guard.done.cache.entries", "65536", 0, 67108864, C_,
          "Messages this replica completed that it remembers in memory (32 bytes each), so that "
@@ -779,6 +781,15 @@ int wxg_conf_parse_addr(const char *s, char *host, size_t host_size, int *port)
 
 static int check_key_prefix(const char *value, char *errstr, size_t errstr_size)
 {
+    /* The guard takes at most 64 bytes (WXG_GUARD_PREFIX_MAX) including the ':' that
+     * wxg_conf_guard() adds to a prefix without one; the table's bound is 64. */
+    size_t len = strlen(value);
+    if (len >= 64 && value[len - 1] != ':') {
+        wxg__errf(errstr, errstr_size,
+                  "is 64 bytes without a trailing ':'; the ':' that is added would make it "
+                  "longer than 64");
+        return WXG_ECONFIG;
+    }
     for (const char *p = value; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (!(isalnum(c) || c == '_' || c == '-' || c == '.' || c == ':')) {
