@@ -99,7 +99,7 @@ static const wxg_conf_keydef_t keys[] = {
          "Messages held in the worker queues at most; as many again may wait in the poll "
          "thread's backlog. A full backlog stops polling until the workers make room; one "
          "that stays full for 200 ms pauses every partition (resumed at half of it)."),
-    KINT("consumer.batch.max", "64", 1, 1024, C_,
+    KINT("consumer.batch.max", "64", 1, 1024, C_ | T_,
          "Messages claimed or completed in one Redis script call at most."),
     KDUR("consumer.batch.delay.ms", "1ms", 0, 1 * SEC, C_,
          "How long a worker waits to fill a batch before it sends a partial one."),
@@ -174,22 +174,24 @@ static const wxg_conf_keydef_t keys[] = {
      .max = 64,
      .programs = C_ | T_,
      .desc = "Prefix of every Redis key wxguard writes (letters, digits, '_', '-', '.', ':'); "
-             "lets several deployments share one Redis.",
+             "lets several deployments share one Redis. A ':' is added when it does not end "
+             "in one, so 63 bytes is the most without it.",
      .check = check_key_prefix},
 
     /* The idempotency guard. */
-    KDUR("guard.lease.ms", "30s", 100, 1 * HOUR, C_,
+    KDUR("guard.lease.ms", "30s", 100, 1 * HOUR, C_ | T_,
          "How long a claim stays owned without renewal; a crashed replica's messages are taken "
          "over after it."),
-    KDUR("guard.done.retention", "7d", 1 * MIN, 365 * DAY, C_,
+    KDUR("guard.done.retention", "7d", 1 * MIN, 365 * DAY, C_ | T_,
          "How long a finished message is remembered; a duplicate arriving later than this is "
          "processed again. Needs a unit (s, m, h, d)."),
     KDUR("guard.failed.retention", "30d", 1 * MIN, 365 * DAY, C_ | T_,
          "How long a dead-lettered message's FAILED record is kept for inspection and redrive."),
-    KINT("guard.wait.replicas", "0", 0, 16, C_,
-         "Redis replicas that must acknowledge a DONE record (WAIT) before the offset may pass "
-         "it; 0 does not wait."),
-    KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_, "Timeout of that WAIT."),
+    KINT("guard.wait.replicas", "0", 0, 16, C_ | T_,
+         "Redis replicas that must acknowledge each write of the guard (WAIT): a DONE record "
+         "before the offset may pass it, and wxguardctl's release, purge and redrive; 0 does "
+         "not wait."),
+    KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_ | T_, "Timeout of that WAIT."),
     /* The upper bound is WXG_DONECACHE_MAX_ENTRIES (include/wxguard/donecache.h). */
     KINT("guard.done.cache.entries", "65536", 0, 67108864, C_,
          "Messages this replica completed that it remembers in memory (32 bytes each), so that "
@@ -788,6 +790,15 @@ int wxg_conf_parse_addr(const char *s, char *host, size_t host_size, int *port)
 
 static int check_key_prefix(const char *value, char *errstr, size_t errstr_size)
 {
+    /* The guard takes at most 64 bytes (WXG_GUARD_PREFIX_MAX) including the ':' that
+     * wxg_conf_guard() adds to a prefix without one; the table's bound is 64. */
+    size_t len = strlen(value);
+    if (len >= 64 && value[len - 1] != ':') {
+        wxg__errf(errstr, errstr_size,
+                  "is 64 bytes without a trailing ':'; the ':' that is added would make it "
+                  "longer than 64");
+        return WXG_ECONFIG;
+    }
     for (const char *p = value; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (!(isalnum(c) || c == '_' || c == '-' || c == '.' || c == ':')) {
@@ -903,27 +914,13 @@ static int enum_allows(const char *allowed, const char *value)
     return 0;
 }
 
-/* Validates `value` against `def`. On success fills num/items (items owned by the caller).
- * On failure writes the reason (without the key) to errstr. */
-static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t *num, char ***items,
-                       size_t *nitems, char *errstr, size_t errstr_size)
+/* Parses a value of a type other than LIST into *v (0 for strings, enums and addresses). `echo`
+ * is the value as error messages show it and `range` the key's range in words. */
+static int parse_scalar(const wxg_conf_keydef_t *def, const char *value, const char *echo,
+                        const char *range, int64_t *v, char *errstr, size_t errstr_size)
 {
-    char echo[ECHO_MAX + 16];
-    char range[128];
-    int64_t v = 0;
-    int b = 0;
-    int secret = (def->flags & WXG_CONF_SECRET) != 0;
     size_t len = strlen(value);
-
-    if (secret)
-        snprintf(echo, sizeof echo, "the value");
-    else
-        echo_value(value, echo, sizeof echo);
-    wxg_conf_describe_range(def, range, sizeof range);
-    *num = 0;
-    *items = NULL;
-    *nitems = 0;
-
+    int b = 0;
     switch (def->type) {
     case WXG_CONF_STRING:
         if (def->min > 0 && len < (size_t)def->min) {
@@ -935,33 +932,33 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
                       (long long)def->max);
             return WXG_ECONFIG;
         }
-        break;
+        return 0;
     case WXG_CONF_INT:
-        if (wxg_conf_parse_int(value, &v) != 0) {
+        if (wxg_conf_parse_int(value, v) != 0) {
             wxg__errf(errstr, errstr_size, "%s is not an integer", echo);
             return WXG_ECONFIG;
         }
-        break;
+        return 0;
     case WXG_CONF_BOOL:
         if (wxg_conf_parse_bool(value, &b) != 0) {
             wxg__errf(errstr, errstr_size, "%s is not a boolean (true/false, yes/no, on/off, 1/0)",
                       echo);
             return WXG_ECONFIG;
         }
-        v = b;
-        break;
+        *v = b;
+        return 0;
     case WXG_CONF_DURATION: {
         int bare_ok = ends_with(def->name, ".ms");
-        if (wxg_conf_parse_duration_ms(value, bare_ok, &v) != 0) {
+        if (wxg_conf_parse_duration_ms(value, bare_ok, v) != 0) {
             wxg__errf(errstr, errstr_size,
                       "%s is not a duration (a whole number with a unit: ms, s, m, h, d%s)", echo,
                       bare_ok ? "; a bare number means ms" : "");
             return WXG_ECONFIG;
         }
-        break;
+        return 0;
     }
     case WXG_CONF_SIZE:
-        if (wxg_conf_parse_size(value, &v) != 0) {
+        if (wxg_conf_parse_size(value, v) != 0) {
             wxg__errf(
                 errstr, errstr_size,
                 "%s is not a size (a whole number of bytes, optionally with K, KiB, M, MiB, G or "
@@ -969,66 +966,100 @@ static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t 
                 echo);
             return WXG_ECONFIG;
         }
-        break;
+        return 0;
     case WXG_CONF_ENUM:
         if (!enum_allows(def->allowed, value)) {
             wxg__errf(errstr, errstr_size, "%s is not one of %s", echo, range);
             return WXG_ECONFIG;
         }
-        break;
+        return 0;
     case WXG_CONF_ADDR: {
         char host[256];
         int port;
         if (len == 0)
-            break; /* "off"; wxg_conf_check refuses it for a required key */
+            return 0; /* "off"; wxg_conf_check refuses it for a required key */
         if (wxg_conf_parse_addr(value, host, sizeof host, &port) != 0) {
             wxg__errf(errstr, errstr_size,
                       "%s is not host:port (port 0..65535; an IPv6 address in brackets)", echo);
             return WXG_ECONFIG;
         }
+        return 0;
+    }
+    case WXG_CONF_LIST:
         break;
     }
-    case WXG_CONF_LIST: {
-        int rc = split_list(value, items, nitems);
-        if (rc == WXG_ENOMEM)
-            return rc;
-        if (rc != 0) {
-            wxg__errf(errstr, errstr_size, "%s has an empty item", echo);
-            return WXG_ECONFIG;
-        }
-        /* An empty list of a required key is reported by wxg_conf_check, so that the default
-         * "" can stand until every source is loaded. */
-        if (*nitems != 0 &&
-            ((int64_t)*nitems < def->min || (def->max > 0 && (int64_t)*nitems > def->max))) {
-            wxg__errf(errstr, errstr_size, "%s has %zu items; allowed: %s", echo, *nitems, range);
-            goto fail_list;
-        }
-        for (size_t i = 0; i < *nitems; i++) {
-            for (size_t j = i + 1; j < *nitems; j++) {
-                if (strcmp((*items)[i], (*items)[j]) == 0) {
-                    wxg__errf(errstr, errstr_size, "%s names \"%s\" twice", echo, (*items)[i]);
-                    goto fail_list;
-                }
-            }
-        }
-        break;
-    fail_list:
-        for (size_t i = 0; i < *nitems; i++)
-            free((*items)[i]);
-        free(*items);
-        *items = NULL;
-        *nitems = 0;
+    return 0;
+}
+
+/* Splits a LIST value into *items (owned by the caller on success) and checks the number of
+ * items and that none is there twice. */
+static int parse_list(const wxg_conf_keydef_t *def, const char *value, const char *echo,
+                      const char *range, char ***items, size_t *nitems, char *errstr,
+                      size_t errstr_size)
+{
+    int rc = split_list(value, items, nitems);
+    if (rc == WXG_ENOMEM)
+        return rc;
+    if (rc != 0) {
+        wxg__errf(errstr, errstr_size, "%s has an empty item", echo);
         return WXG_ECONFIG;
     }
+    /* An empty list of a required key is reported by wxg_conf_check, so that the default
+     * "" can stand until every source is loaded. */
+    if (*nitems != 0 &&
+        ((int64_t)*nitems < def->min || (def->max > 0 && (int64_t)*nitems > def->max))) {
+        wxg__errf(errstr, errstr_size, "%s has %zu items; allowed: %s", echo, *nitems, range);
+        goto fail;
     }
+    for (size_t i = 0; i < *nitems; i++) {
+        for (size_t j = i + 1; j < *nitems; j++) {
+            if (strcmp((*items)[i], (*items)[j]) == 0) {
+                wxg__errf(errstr, errstr_size, "%s names \"%s\" twice", echo, (*items)[i]);
+                goto fail;
+            }
+        }
+    }
+    return 0;
+fail:
+    for (size_t i = 0; i < *nitems; i++)
+        free((*items)[i]);
+    free(*items);
+    *items = NULL;
+    *nitems = 0;
+    return WXG_ECONFIG;
+}
 
+/* Validates `value` against `def`. On success fills num/items (items owned by the caller).
+ * On failure writes the reason (without the key) to errstr. The steps: the type's own parse,
+ * the numeric range, then the key's extra check. */
+static int parse_value(const wxg_conf_keydef_t *def, const char *value, int64_t *num, char ***items,
+                       size_t *nitems, char *errstr, size_t errstr_size)
+{
+    char echo[ECHO_MAX + 16];
+    char range[128];
+    int64_t v = 0;
+
+    if (def->flags & WXG_CONF_SECRET)
+        snprintf(echo, sizeof echo, "the value");
+    else
+        echo_value(value, echo, sizeof echo);
+    wxg_conf_describe_range(def, range, sizeof range);
+    *num = 0;
+    *items = NULL;
+    *nitems = 0;
+
+    int rc = def->type == WXG_CONF_LIST
+                 ? parse_list(def, value, echo, range, items, nitems, errstr, errstr_size)
+                 : parse_scalar(def, value, echo, range, &v, errstr, errstr_size);
+    if (rc != 0)
+        return rc;
     if (def->type == WXG_CONF_INT || def->type == WXG_CONF_DURATION || def->type == WXG_CONF_SIZE) {
         if (v < def->min || v > def->max) {
             wxg__errf(errstr, errstr_size, "%s is out of range (%s)", echo, range);
             return WXG_ECONFIG;
         }
     }
-    if (def->check != NULL && len > 0) {
+    if (def->check != NULL && *value != '\0') {
         char why[256] = "";
         if (def->check(value, why, sizeof why) != 0) {
             wxg__errf(errstr, errstr_size, "%s: %s", echo, why);
@@ -1101,18 +1132,28 @@ static int kafka_validate(wxg_conf_t *conf, const char *key, const char *value, 
     return WXG_ECONFIG;
 }
 
-/* Sets `key` to `value` from a source of `rank`. `origin` describes the source for messages. */
-static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int rank, int srcid,
-                    const char *origin, char *errstr, size_t errstr_size)
-{
-    int rc = 0;
-    char why[512] = "";
-    int64_t num = 0;
-    char **items = NULL;
-    size_t nitems = 0;
-    entry *e = NULL;
-    entry fresh = {0};
+/* A value on its way into the table: what parsing it gave, before it is stored. */
+typedef struct pending {
+    long idx;   /* index in keys[], or -1 for a kafka.* / plugin.* pass-through key */
+    int secret; /* wxg_conf_key_is_secret(key) */
+    int64_t num;
+    char **items; /* owned until stored */
+    size_t nitems;
+} pending;
 
+static void pending_free(pending *p)
+{
+    entry tmp = {.items = p->items, .nitems = p->nitems};
+    free_items(&tmp);
+    p->items = NULL;
+    p->nitems = 0;
+}
+
+/* What holds for any key and value, whatever the family: a key of key characters, a bounded
+ * value without control characters. */
+static int check_key_and_value(const char *key, const char *value, const char *origin, char *errstr,
+                               size_t errstr_size)
+{
     if (key == NULL || value == NULL) {
         wxg__errf(errstr, errstr_size, "missing key or value (%s)", origin);
         return WXG_ECONFIG;
@@ -1127,7 +1168,6 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
         wxg__errf(errstr, errstr_size, "invalid configuration key %s (%s)", echo, origin);
         return WXG_ECONFIG;
     }
-    int secret = wxg_conf_key_is_secret(key);
     if (strlen(value) > VALUE_MAX) {
         wxg__errf(errstr, errstr_size, "%s: the value is longer than %d bytes (%s)", key, VALUE_MAX,
                   origin);
@@ -1141,116 +1181,174 @@ static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int ra
             return WXG_ECONFIG;
         }
     }
+    return 0;
+}
 
-    long idx = keydef_index(key);
-    if (idx >= 0) {
-        const wxg_conf_keydef_t *def = &keys[idx];
-        rc = parse_value(def, value, &num, &items, &nitems, why, sizeof why);
-        if (rc == WXG_ENOMEM)
-            return rc;
-        if (rc != 0) {
-            wxg__errf(errstr, errstr_size, "%s: %s (%s)", key, why, origin);
-            return rc;
-        }
-        if (has_prefix(key, "kafka.") && *value != '\0') {
-            rc = kafka_validate(conf, key, value, secret, why, sizeof why);
-            if (rc != 0) {
-                wxg__errf(errstr, errstr_size, "%s (%s)", why, origin);
-                goto out;
-            }
-        }
-        if (rank > RANK_DEFAULT && !(def->programs & conf->program)) {
-            rc = warn(conf, "%s is not used by this program (%s)", key, origin);
-            if (rc != 0)
-                goto out;
-        }
-        e = &conf->tab[idx];
-    } else if (has_prefix(key, "kafka.") && klen > 6) {
-        rc = kafka_validate(conf, key, value, secret, why, sizeof why);
+static int refuse_unknown_key(const char *key, const char *origin, char *errstr, size_t errstr_size)
+{
+    const char *s = suggest(key);
+    wxg__errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
+              s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
+    return WXG_ECONFIG;
+}
+
+/* A table key: its value parsed by its type, a kafka.* one checked by librdkafka too, and a
+ * warning when the key is not meant for this program. */
+static int accept_table_key(wxg_conf_t *conf, const char *key, const char *value, int rank,
+                            const char *origin, pending *p, char *errstr, size_t errstr_size)
+{
+    char why[512] = "";
+    const wxg_conf_keydef_t *def = &keys[p->idx];
+    int rc = parse_value(def, value, &p->num, &p->items, &p->nitems, why, sizeof why);
+    if (rc == WXG_ENOMEM)
+        return rc;
+    if (rc != 0) {
+        wxg__errf(errstr, errstr_size, "%s: %s (%s)", key, why, origin);
+        return rc;
+    }
+    if (has_prefix(key, "kafka.") && *value != '\0') {
+        rc = kafka_validate(conf, key, value, p->secret, why, sizeof why);
         if (rc != 0) {
             wxg__errf(errstr, errstr_size, "%s (%s)", why, origin);
-            goto out;
+            return rc;
         }
-        e = extra_find(conf, key);
-    } else if (has_prefix(key, "plugin.")) {
-        const char *name = key + 7;
-        const char *dot = strchr(name, '.');
-        if (dot == NULL || dot == name || dot[1] == '\0') {
-            wxg__errf(errstr, errstr_size,
-                      "%s: a plugin key is written plugin.<name>.<property> (%s)", key, origin);
-            return WXG_ECONFIG;
-        }
-        if (plugin_has_declared_keys(key, (size_t)(dot - key))) {
-            const char *s = suggest(key);
-            wxg__errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key,
-                      origin, s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
-            return WXG_ECONFIG;
-        }
-        e = extra_find(conf, key);
-    } else {
-        const char *s = suggest(key);
-        wxg__errf(errstr, errstr_size, "unknown configuration key \"%s\" (%s)%s%s%s", key, origin,
-                  s ? "; did you mean \"" : "", s ? s : "", s ? "\"?" : "");
+    }
+    if (rank > RANK_DEFAULT && !(def->programs & conf->program))
+        return warn(conf, "%s is not used by this program (%s)", key, origin);
+    return 0;
+}
+
+/* A plugin.<name>.<property> key, for a plugin whose keys the table does not declare. */
+static int accept_plugin_key(const char *key, const char *origin, char *errstr, size_t errstr_size)
+{
+    const char *name = key + 7;
+    const char *dot = strchr(name, '.');
+    if (dot == NULL || dot == name || dot[1] == '\0') {
+        wxg__errf(errstr, errstr_size, "%s: a plugin key is written plugin.<name>.<property> (%s)",
+                  key, origin);
         return WXG_ECONFIG;
     }
+    if (plugin_has_declared_keys(key, (size_t)(dot - key)))
+        return refuse_unknown_key(key, origin, errstr, errstr_size);
+    return 0;
+}
 
-    if (e != NULL && e->value != NULL) {
-        if (e->rank > rank)
-            goto out; /* a higher source already set it; the value was still checked */
-        if (e->rank == rank && rank != RANK_DEFAULT) {
-            if (rank == RANK_FILE && e->srcid == srcid) {
-                wxg__errf(errstr, errstr_size, "%s is set twice: %s and %s", key, e->origin,
-                          origin);
-                rc = WXG_ECONFIG;
-                goto out;
-            }
-            rc = warn(conf, "%s is set more than once; %s wins over %s", key, origin, e->origin);
-            if (rc != 0)
-                goto out;
-        }
+/* Validates the value by the key's family and finds where it goes: *slot is the table entry,
+ * the pass-through entry already set, or NULL for a pass-through key seen for the first time. */
+static int accept_value(wxg_conf_t *conf, const char *key, const char *value, int rank,
+                        const char *origin, pending *p, entry **slot, char *errstr,
+                        size_t errstr_size)
+{
+    char why[512] = "";
+    int rc = 0;
+    p->idx = keydef_index(key);
+    p->secret = wxg_conf_key_is_secret(key);
+    *slot = NULL;
+    if (p->idx >= 0) {
+        rc = accept_table_key(conf, key, value, rank, origin, p, errstr, errstr_size);
+        if (rc == 0)
+            *slot = &conf->tab[p->idx];
+    } else if (has_prefix(key, "kafka.") && strlen(key) > 6) {
+        rc = kafka_validate(conf, key, value, p->secret, why, sizeof why);
+        if (rc != 0)
+            wxg__errf(errstr, errstr_size, "%s (%s)", why, origin);
+        else
+            *slot = extra_find(conf, key);
+    } else if (has_prefix(key, "plugin.")) {
+        rc = accept_plugin_key(key, origin, errstr, errstr_size);
+        if (rc == 0)
+            *slot = extra_find(conf, key);
+    } else {
+        rc = refuse_unknown_key(key, origin, errstr, errstr_size);
     }
+    return rc;
+}
 
+/* Decides whether a value from `rank` replaces what `e` holds. *keep is set when a higher
+ * source already set the key (the new value was still checked). The same key twice in one file
+ * is an error; the same rank from two calls (two --set flags) is a warning and the later wins. */
+static int check_precedence(wxg_conf_t *conf, const entry *e, const char *key, int rank, int srcid,
+                            const char *origin, int *keep, char *errstr, size_t errstr_size)
+{
+    *keep = 0;
+    if (e == NULL || e->value == NULL)
+        return 0;
+    if (e->rank > rank) {
+        *keep = 1;
+        return 0;
+    }
+    if (e->rank != rank || rank == RANK_DEFAULT)
+        return 0;
+    if (rank == RANK_FILE && e->srcid == srcid) {
+        wxg__errf(errstr, errstr_size, "%s is set twice: %s and %s", key, e->origin, origin);
+        return WXG_ECONFIG;
+    }
+    return warn(conf, "%s is set more than once; %s wins over %s", key, origin, e->origin);
+}
+
+/* A new pass-through entry at the end of conf->extra, zeroed. NULL when out of memory. */
+static entry *extra_append(wxg_conf_t *conf)
+{
+    if (conf->nextra == conf->capextra) {
+        size_t cap = conf->capextra ? conf->capextra * 2 : 16;
+        entry *x = realloc(conf->extra, cap * sizeof *x);
+        if (x == NULL)
+            return NULL;
+        conf->extra = x;
+        conf->capextra = cap;
+    }
+    entry *e = &conf->extra[conf->nextra++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+/* Replaces the value in `e` (NULL: a new pass-through entry) by copies of key, value and
+ * origin and the parsed form in `p`, whose items it takes. On WXG_ENOMEM nothing changes. */
+static int store_value(wxg_conf_t *conf, entry *e, const char *key, const char *value, int rank,
+                       int srcid, const char *origin, pending *p)
+{
+    entry fresh = {0};
+    fresh.secret = p->secret;
     fresh.key = xstrdup(key);
     fresh.value = xstrdup(value);
     fresh.origin = xstrdup(origin);
-    if (fresh.key == NULL || fresh.value == NULL || fresh.origin == NULL) {
-        rc = WXG_ENOMEM;
-        fresh.secret = secret;
-        entry_clear(&fresh);
-        goto out;
-    }
+    if (fresh.key == NULL || fresh.value == NULL || fresh.origin == NULL)
+        goto fail;
+    if (e == NULL && (e = extra_append(conf)) == NULL)
+        goto fail;
     fresh.rank = rank;
     fresh.srcid = srcid;
-    fresh.secret = secret;
-    fresh.def = idx >= 0 ? &keys[idx] : NULL;
-    fresh.num = num;
-    fresh.items = items;
-    fresh.nitems = nitems;
-    items = NULL;
-    nitems = 0;
-
-    if (e == NULL) {
-        if (conf->nextra == conf->capextra) {
-            size_t cap = conf->capextra ? conf->capextra * 2 : 16;
-            entry *x = realloc(conf->extra, cap * sizeof *x);
-            if (x == NULL) {
-                entry_clear(&fresh);
-                rc = WXG_ENOMEM;
-                goto out;
-            }
-            conf->extra = x;
-            conf->capextra = cap;
-        }
-        e = &conf->extra[conf->nextra++];
-        memset(e, 0, sizeof *e);
-    }
+    fresh.def = p->idx >= 0 ? &keys[p->idx] : NULL;
+    fresh.num = p->num;
+    fresh.items = p->items;
+    fresh.nitems = p->nitems;
+    p->items = NULL;
+    p->nitems = 0;
     entry_clear(e);
     *e = fresh;
-out:
-    if (items != NULL) {
-        entry tmp = {.items = items, .nitems = nitems};
-        free_items(&tmp);
-    }
+    return 0;
+fail:
+    entry_clear(&fresh);
+    return WXG_ENOMEM;
+}
+
+/* Sets `key` to `value` from a source of `rank`. `origin` describes the source for messages.
+ * The steps: the checks every key and value pass; the value parsed and checked by its key's
+ * family, which also says where it goes; whether it wins over what is there; storing it. */
+static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int rank, int srcid,
+                    const char *origin, char *errstr, size_t errstr_size)
+{
+    pending p = {.idx = -1};
+    entry *e = NULL;
+    int keep = 0;
+    int rc = check_key_and_value(key, value, origin, errstr, errstr_size);
+    if (rc == 0)
+        rc = accept_value(conf, key, value, rank, origin, &p, &e, errstr, errstr_size);
+    if (rc == 0)
+        rc = check_precedence(conf, e, key, rank, srcid, origin, &keep, errstr, errstr_size);
+    if (rc == 0 && !keep)
+        rc = store_value(conf, e, key, value, rank, srcid, origin, &p);
+    pending_free(&p);
     return rc;
 }
 

@@ -149,7 +149,7 @@ int main(int argc, char **argv)
     wxg_httpd_t *ops = NULL;
     wxg_plugin_kv_t *pkv = NULL;
     char *spec = NULL;
-    char prefix[80];
+    char prefix[WXG_GUARD_PREFIX_MAX + 1];
 
     /* The plugin chain. */
     const char *const *plugins = NULL;
@@ -188,54 +188,17 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    /* The guard. */
+    /* The guard and the consumer, from the one mapping every program shares. */
     wxg_guard_conf_t gc;
-    wxg_guard_conf_init(&gc);
-    gc.host = wxg_conf_get(conf, "redis.host");
-    gc.port = (int)wxg_conf_int(conf, "redis.port");
-    gc.unix_path = prog_nonempty(wxg_conf_get(conf, "redis.unix.socket"));
-    gc.db = (int)wxg_conf_int(conf, "redis.db");
-    gc.user = prog_nonempty(wxg_conf_get(conf, "redis.user"));
-    gc.password = prog_nonempty(wxg_conf_get(conf, "redis.password"));
-    gc.sentinels = prog_nonempty(wxg_conf_get(conf, "redis.sentinels"));
-    gc.sentinel_master = prog_nonempty(wxg_conf_get(conf, "redis.sentinel.master"));
-    gc.sentinel_user = prog_nonempty(wxg_conf_get(conf, "redis.sentinel.user"));
-    gc.sentinel_password = prog_nonempty(wxg_conf_get(conf, "redis.sentinel.password"));
-    gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
-    gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
-    const char *pfx = wxg_conf_get(conf, "redis.key.prefix");
-    size_t pl = strlen(pfx);
-    snprintf(prefix, sizeof prefix, "%s%s", pfx, pl && pfx[pl - 1] == ':' ? "" : ":");
-    gc.prefix = prefix;
-    gc.lease_ms = wxg_conf_int(conf, "guard.lease.ms");
-    gc.done_retention_ms = wxg_conf_int(conf, "guard.done.retention");
-    gc.failed_retention_ms = wxg_conf_int(conf, "guard.failed.retention");
-    gc.wait_replicas = (int)wxg_conf_int(conf, "guard.wait.replicas");
-    gc.wait_timeout_ms = (int)wxg_conf_int(conf, "guard.wait.timeout.ms");
-    gc.batch_max = (int)wxg_conf_int(conf, "consumer.batch.max");
-
-    /* The consumer. */
     wxg_consumer_conf_t cc;
-    wxg_consumer_conf_init(&cc);
+    if (wxg_conf_guard(conf, &gc, prefix, sizeof prefix, err, sizeof err) != 0 ||
+        wxg_conf_consumer(conf, &cc, err, sizeof err) != 0) {
+        rd_kafka_conf_destroy(kconf);
+        wxg_log(WXG_LOG_ERROR, "config_failed", WXG_LS("reason", err));
+        status = EXIT_USAGE;
+        goto out;
+    }
     cc.kafka = kconf;
-    cc.ntopics = wxg_conf_list(conf, "consumer.topics", &cc.topics);
-    cc.group_id = wxg_conf_get(conf, "kafka.group.id");
-    cc.workers = (unsigned)wxg_conf_int(conf, "consumer.workers");
-    cc.queue_capacity = (size_t)wxg_conf_int(conf, "consumer.queue.capacity");
-    cc.batch_max = (size_t)wxg_conf_int(conf, "consumer.batch.max");
-    cc.batch_delay_us = wxg_conf_int(conf, "consumer.batch.delay.ms") * 1000;
-    cc.drain_timeout_ms = wxg_conf_int(conf, "consumer.drain.timeout.ms");
-    cc.commit_interval_ms = wxg_conf_int(conf, "consumer.commit.interval.ms");
-    cc.commit_timeout_ms = wxg_conf_int(conf, "consumer.commit.timeout.ms");
-    cc.retry_max = (uint32_t)wxg_conf_int(conf, "consumer.retry.max");
-    cc.backoff_initial_ms = wxg_conf_int(conf, "consumer.retry.backoff.initial.ms");
-    cc.backoff_max_ms = wxg_conf_int(conf, "consumer.retry.backoff.max.ms");
-    cc.max_message_bytes = (size_t)wxg_conf_int(conf, "consumer.max.message.bytes");
-    if (wxg_format_parse(wxg_conf_get(conf, "consumer.format"), &cc.format) != 0)
-        cc.format = WXG_FORMAT_AUTO;
-    cc.stall_timeout_ms = wxg_conf_int(conf, "consumer.stall.timeout.ms");
-    cc.redis_probe_ms = wxg_conf_int(conf, "redis.probe.interval.ms");
-    cc.done_cache_entries = (size_t)wxg_conf_int(conf, "guard.done.cache.entries");
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;

@@ -79,9 +79,9 @@ int ctl_common_opt(ctl_opts *o, int c, const char *arg);
  * Returns the configuration or NULL (message printed). */
 wxg_conf_t *ctl_load_conf(const ctl_opts *o, int need_kafka);
 
-/* Opens the guard from the configuration. On failure prints the reason and sets *exit_code
- * (EXIT_CONN for unreachable/auth, EXIT_USAGE for configuration). `prefix_buf` holds the
- * normalised key prefix (at least 80 bytes) and must outlive the returned handle's creation. */
+/* Opens the guard from the configuration, through the same mapping as wxguard-consumer
+ * (wxg_conf_guard). On failure prints the reason and sets *exit_code (EXIT_CONN for
+ * unreachable/auth, EXIT_USAGE for configuration). */
 wxg_guard_t *ctl_open_guard(const ctl_opts *o, const wxg_conf_t *conf, int *exit_code);
 
 /* The exit status for a guard call-level error (prints the reason). */

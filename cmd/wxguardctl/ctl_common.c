@@ -128,44 +128,22 @@ fail:
     return NULL;
 }
 
-static char prefix_buf[96];
-
-/* A string key's value, or NULL when it is empty (not set). */
-static const char *conf_set(const wxg_conf_t *conf, const char *key)
-{
-    const char *s = wxg_conf_get(conf, key);
-    return s && *s ? s : NULL;
-}
-
 wxg_guard_t *ctl_open_guard(const ctl_opts *o, const wxg_conf_t *conf, int *exit_code)
 {
+    /* The same mapping as wxguard-consumer's, so that the admin tool reads the records the
+     * consumers wrote: same server, prefix and DONE layout. The handle copies the prefix. */
+    char prefix[WXG_GUARD_PREFIX_MAX + 1];
     wxg_guard_conf_t gc;
-    wxg_guard_conf_init(&gc);
-    gc.host = wxg_conf_get(conf, "redis.host");
-    gc.port = (int)wxg_conf_int(conf, "redis.port");
-    gc.unix_path = conf_set(conf, "redis.unix.socket");
-    gc.db = (int)wxg_conf_int(conf, "redis.db");
-    gc.user = conf_set(conf, "redis.user");
-    gc.password = conf_set(conf, "redis.password");
-    gc.sentinels = conf_set(conf, "redis.sentinels");
-    gc.sentinel_master = conf_set(conf, "redis.sentinel.master");
-    gc.sentinel_user = conf_set(conf, "redis.sentinel.user");
-    gc.sentinel_password = conf_set(conf, "redis.sentinel.password");
-    gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
-    gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
-    /* The same prefix rule as wxguard-consumer: a ':' is appended unless present. */
-    const char *pfx = wxg_conf_get(conf, "redis.key.prefix");
-    size_t pl = strlen(pfx);
-    snprintf(prefix_buf, sizeof prefix_buf, "%s%s", pfx, pl && pfx[pl - 1] == ':' ? "" : ":");
-    gc.prefix = prefix_buf;
-    gc.lease_ms = wxg_conf_int(conf, "guard.lease.ms");
-    gc.done_retention_ms = wxg_conf_int(conf, "guard.done.retention");
-    gc.failed_retention_ms = wxg_conf_int(conf, "guard.failed.retention");
-    gc.batch_max = (int)wxg_conf_int(conf, "consumer.batch.max");
+    char err[512] = "";
+    int rc = wxg_conf_guard(conf, &gc, prefix, sizeof prefix, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "%s: configuration: %s\n", o->prog, err);
+        *exit_code = EXIT_USAGE;
+        return NULL;
+    }
     /* The admin tool makes single calls; one reconnect attempt is enough. */
     gc.reconnect_min_ms = 10;
-    char err[512] = "";
-    int rc = 0;
+    rc = 0;
     wxg_guard_t *g = wxg_guard_new(&gc, &rc, err, sizeof err);
     if (!g) {
         fprintf(stderr, "%s: Redis: %s (%s)\n", o->prog, err, wxg_err_name(rc));

@@ -52,6 +52,10 @@
 
 /* librdkafka's configuration object, declared here so that this header needs no librdkafka one. */
 struct rd_kafka_conf_s;
+/* The guard's and the consumer's configurations (wxguard/guard.h, wxguard/consumer.h), filled by
+ * wxg_conf_guard() and wxg_conf_consumer() below. */
+struct wxg_guard_conf;
+struct wxg_consumer_conf;
 
 /* The programs a key is meant for (a bit set). A key of another program is accepted with a
  * warning, so that one file may serve several programs. */
@@ -215,5 +219,27 @@ WXG_EXPORT wxg_conf_map_t *wxg_conf_plugin_settings(const wxg_conf_t *conf);
 WXG_EXPORT void wxg_conf_map_free(wxg_conf_map_t *map);
 /* The value of `key` (without prefix) or NULL. */
 WXG_EXPORT const char *wxg_conf_map_get(const wxg_conf_map_t *map, const char *key);
+
+/* The guard's configuration from the keys (lib/conf_map.c): the one mapping every program that
+ * opens the guard uses, so that they all reach the same Redis and compute the same DONE layout.
+ * `out` is set to wxg_guard_conf_init()'s defaults, then every redis.* key the guard takes, the
+ * guard.* keys (guard.done.cache.entries is the consumer's: wxg_conf_consumer) and
+ * consumer.batch.max as the size of one script call. Empty optional strings (redis.user,
+ * redis.password, redis.unix.socket, redis.sentinel*) become NULL. Strings point into `conf` and
+ * live as long as it; the key prefix is written, with a ':' appended unless it ends in one, into
+ * `prefix` (at least WXG_GUARD_PREFIX_MAX + 1 bytes), which must outlive every use of `out` (a
+ * consumer keeps using it after wxg_consumer_new). The caller may change fields afterwards.
+ * Returns 0, WXG_ECONFIG (a value the guard would refuse, key named in errstr) or WXG_EINVAL
+ * (NULL arguments, `prefix` too small); `out` is written only on success. */
+WXG_EXPORT int wxg_conf_guard(const wxg_conf_t *conf, struct wxg_guard_conf *out, char *prefix,
+                              size_t prefix_size, char *errstr, size_t errstr_size);
+
+/* The consumer's configuration from the keys (lib/conf_map.c): wxg_consumer_conf_init()'s
+ * defaults, then every consumer.* key, kafka.group.id, redis.probe.interval.ms and
+ * guard.done.cache.entries. topics and group_id point into `conf`. kafka, guard, chain, dlq and
+ * metrics stay NULL for the caller to set. Returns 0, WXG_ECONFIG or WXG_EINVAL as above; `out`
+ * is written only on success. */
+WXG_EXPORT int wxg_conf_consumer(const wxg_conf_t *conf, struct wxg_consumer_conf *out,
+                                 char *errstr, size_t errstr_size);
 
 #endif /* WXGUARD_CONF_H */

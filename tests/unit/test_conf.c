@@ -1,6 +1,8 @@
 /* Unit tests for lib/conf.c: the key table, the four sources and their precedence, refusal of
  * unknown keys and bad values with the key named, units and ranges, secrets kept out of output,
- * the environment mapping, kafka.* validation by librdkafka, and plugin sub-maps. */
+ * the environment mapping, kafka.* validation by librdkafka, and plugin sub-maps; and for
+ * lib/conf_map.c: every redis.*, guard.* and consumer.* key reaches the guard's or the
+ * consumer's configuration. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -14,7 +16,10 @@
 #include <librdkafka/rdkafka.h>
 
 #include "wxguard/conf.h"
+#include "wxguard/consumer.h"
 #include "wxguard/err.h"
+#include "wxguard/guard.h"
+#include "wxguard/msg.h"
 #include "testenv.h"
 
 #define ERRSZ 512
@@ -535,6 +540,325 @@ static void reference_ranges_read_like_the_docs(void **state)
     assert_string_equal(wxg_conf_type_name(WXG_CONF_DURATION), "duration");
 }
 
+/* ---- the mapping to the guard's and the consumer's configuration (lib/conf_map.c) ---------- */
+
+/* Keys under redis.* or guard.* that configure the consumer rather than the guard handle. */
+static const char *const consumer_side_keys[] = {"redis.probe.interval.ms",
+                                                 "guard.done.cache.entries"};
+
+static int is_consumer_side(const char *key)
+{
+    for (size_t i = 0; i < sizeof consumer_side_keys / sizeof consumer_side_keys[0]; i++) {
+        if (strcmp(key, consumer_side_keys[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static int str_differs(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a != b;
+    return strcmp(a, b) != 0;
+}
+
+/* Every field of wxg_guard_conf_t: a field added there must be added here, or a key mapped to
+ * it would not be seen by the tests below. */
+static int guard_conf_differs(const wxg_guard_conf_t *a, const wxg_guard_conf_t *b)
+{
+    return str_differs(a->host, b->host) || a->port != b->port ||
+           str_differs(a->unix_path, b->unix_path) || a->db != b->db ||
+           str_differs(a->user, b->user) || str_differs(a->password, b->password) ||
+           a->connect_timeout_ms != b->connect_timeout_ms ||
+           a->command_timeout_ms != b->command_timeout_ms || str_differs(a->prefix, b->prefix) ||
+           str_differs(a->sentinels, b->sentinels) ||
+           str_differs(a->sentinel_master, b->sentinel_master) ||
+           str_differs(a->sentinel_user, b->sentinel_user) ||
+           str_differs(a->sentinel_password, b->sentinel_password) || a->lease_ms != b->lease_ms ||
+           a->inflight_ttl_ms != b->inflight_ttl_ms ||
+           a->done_retention_ms != b->done_retention_ms ||
+           a->failed_retention_ms != b->failed_retention_ms ||
+           a->wait_replicas != b->wait_replicas || a->wait_timeout_ms != b->wait_timeout_ms ||
+           a->done_bucket_ms != b->done_bucket_ms ||
+           a->done_expected_rate != b->done_expected_rate ||
+           a->done_bucket_target != b->done_bucket_target ||
+           a->done_selector_bits != b->done_selector_bits || a->shard_bits != b->shard_bits ||
+           a->cluster != b->cluster || a->batch_max != b->batch_max ||
+           a->reconnect_min_ms != b->reconnect_min_ms ||
+           a->reconnect_max_ms != b->reconnect_max_ms || a->naive != b->naive ||
+           a->done_cache != b->done_cache;
+}
+
+/* Every field of wxg_consumer_conf_t that a key can fill (the handles are the caller's). */
+static int consumer_conf_differs(const wxg_consumer_conf_t *a, const wxg_consumer_conf_t *b)
+{
+    int topics = a->ntopics != b->ntopics;
+    for (size_t i = 0; !topics && i < a->ntopics; i++)
+        topics = str_differs(a->topics[i], b->topics[i]);
+    return topics || str_differs(a->group_id, b->group_id) || a->workers != b->workers ||
+           a->queue_capacity != b->queue_capacity || a->batch_max != b->batch_max ||
+           a->batch_delay_us != b->batch_delay_us || a->drain_timeout_ms != b->drain_timeout_ms ||
+           a->commit_interval_ms != b->commit_interval_ms ||
+           a->commit_timeout_ms != b->commit_timeout_ms || a->retry_max != b->retry_max ||
+           a->backoff_initial_ms != b->backoff_initial_ms ||
+           a->backoff_max_ms != b->backoff_max_ms || a->max_message_bytes != b->max_message_bytes ||
+           a->format != b->format || a->stall_timeout_ms != b->stall_timeout_ms ||
+           a->redis_probe_ms != b->redis_probe_ms || a->done_cache_entries != b->done_cache_entries;
+}
+
+/* A value for `def` that is not its default and that the table accepts. */
+static void other_value(const wxg_conf_keydef_t *def, int64_t dflt, char *buf, size_t size)
+{
+    long long n = (long long)(dflt != def->min ? def->min : def->max);
+    switch (def->type) {
+    case WXG_CONF_INT:
+    case WXG_CONF_SIZE:
+        snprintf(buf, size, "%lld", n);
+        break;
+    case WXG_CONF_DURATION:
+        snprintf(buf, size, "%lldms", n);
+        break;
+    case WXG_CONF_BOOL:
+        snprintf(buf, size, "%s", dflt ? "false" : "true");
+        break;
+    case WXG_CONF_ENUM: {
+        const char *p = def->allowed;
+        size_t len = strcspn(p, "|");
+        if (strlen(def->def) == len && strncmp(p, def->def, len) == 0) {
+            p += len + 1;
+            len = strcspn(p, "|");
+        }
+        snprintf(buf, size, "%.*s", (int)len, p);
+        break;
+    }
+    case WXG_CONF_ADDR:
+        snprintf(buf, size, "127.0.0.2:7");
+        break;
+    default: /* strings and lists */
+        snprintf(buf, size, "%s", strcmp(def->def, "t1") != 0 ? "t1" : "t2");
+        break;
+    }
+}
+
+typedef struct mapped {
+    wxg_guard_conf_t guard;
+    wxg_consumer_conf_t consumer;
+    char prefix[WXG_GUARD_PREFIX_MAX + 1];
+} mapped;
+
+static void map_both(const wxg_conf_t *c, mapped *m)
+{
+    char err[ERRSZ] = "";
+    if (wxg_conf_guard(c, &m->guard, m->prefix, sizeof m->prefix, err, sizeof err) != 0)
+        fail_msg("wxg_conf_guard: %s", err);
+    if (wxg_conf_consumer(c, &m->consumer, err, sizeof err) != 0)
+        fail_msg("wxg_conf_consumer: %s", err);
+}
+
+/* The next key added under redis.*, guard.* or consumer.* without a line in lib/conf_map.c
+ * fails here: each one is set to a value other than its default, alone, and what the mapping
+ * fills must change. A redis.* or guard.* key must change the guard's configuration (except
+ * the two the consumer itself reads), and one the guard reads must be declared for wxguardctl,
+ * which opens the guard through the same mapping (else it would warn "not used"). */
+static void every_redis_guard_and_consumer_key_lands_in_the_mapped_conf(void **state)
+{
+    (void)state;
+    wxg_conf_t *base = new_conf(WXG_PROG_CONSUMER);
+    mapped m0;
+    map_both(base, &m0);
+    size_t checked = 0;
+    for (size_t i = 0; i < wxg_conf_keydef_count(); i++) {
+        const wxg_conf_keydef_t *d = wxg_conf_keydef_at(i);
+        int guard_family = starts_with(d->name, "redis.") || starts_with(d->name, "guard.");
+        if (!guard_family && !starts_with(d->name, "consumer.") &&
+            strcmp(d->name, "kafka.group.id") != 0)
+            continue;
+        char value[64], err[ERRSZ] = "";
+        other_value(d, wxg_conf_int(base, d->name), value, sizeof value);
+        wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+        if (wxg_conf_set(c, d->name, value, err, sizeof err) != 0)
+            fail_msg("%s = %s: %s", d->name, value, err);
+        mapped m;
+        map_both(c, &m);
+        int in_guard = guard_conf_differs(&m.guard, &m0.guard);
+        int in_consumer = consumer_conf_differs(&m.consumer, &m0.consumer);
+        if (guard_family && !is_consumer_side(d->name) && !in_guard)
+            fail_msg("%s = %s does not reach the guard's configuration", d->name, value);
+        if (!in_guard && !in_consumer)
+            fail_msg("%s = %s reaches neither the guard's nor the consumer's configuration",
+                     d->name, value);
+        if (in_guard && !(d->programs & WXG_PROG_CTL))
+            fail_msg("%s configures the guard but is not declared for wxguardctl", d->name);
+        wxg_conf_free(c);
+        checked++;
+    }
+    assert_true(checked >= 35);
+    wxg_conf_free(base);
+}
+
+/* Each key reaches its own field, with its unit converted, and the empty optional strings reach
+ * the guard as "not set". */
+static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    mapped m;
+    map_both(c, &m);
+    assert_null(m.guard.unix_path);
+    assert_null(m.guard.user);
+    assert_null(m.guard.password);
+    assert_null(m.guard.sentinels);
+    assert_null(m.guard.sentinel_master);
+    assert_string_equal(m.guard.prefix, "wxg:");
+    assert_int_equal(m.guard.wait_timeout_ms, 500);
+    assert_int_equal(m.consumer.format, WXG_FORMAT_AUTO);
+
+    const char *text = "redis.host = redis.test\n"
+                       "redis.port = 6400\n"
+                       "redis.unix.socket = /run/r.sock\n"
+                       "redis.db = 3\n"
+                       "redis.user = u1\n"
+                       "redis.password = p1\n"
+                       "redis.sentinels = 127.0.0.1:26379,127.0.0.1:26380\n"
+                       "redis.sentinel.master = m1\n"
+                       "redis.sentinel.user = su\n"
+                       "redis.sentinel.password = sp\n"
+                       "redis.connect.timeout.ms = 1500\n"
+                       "redis.command.timeout.ms = 3s\n"
+                       "redis.probe.interval.ms = 0\n"
+                       "redis.key.prefix = app:one:\n"
+                       "guard.lease.ms = 10s\n"
+                       "guard.done.retention = 2d\n"
+                       "guard.failed.retention = 3d\n"
+                       "guard.wait.replicas = 2\n"
+                       "guard.wait.timeout.ms = 250\n"
+                       "guard.done.cache.entries = 0\n"
+                       "kafka.group.id = g1\n"
+                       "consumer.topics = a, b\n"
+                       "consumer.format = gewe\n"
+                       "consumer.workers = 7\n"
+                       "consumer.queue.capacity = 99\n"
+                       "consumer.batch.max = 16\n"
+                       "consumer.batch.delay.ms = 5\n"
+                       "consumer.drain.timeout.ms = 4s\n"
+                       "consumer.commit.interval.ms = 2s\n"
+                       "consumer.commit.timeout.ms = 6s\n"
+                       "consumer.retry.max = 9\n"
+                       "consumer.retry.backoff.initial.ms = 300\n"
+                       "consumer.retry.backoff.max.ms = 1m\n"
+                       "consumer.max.message.bytes = 2MiB\n"
+                       "consumer.stall.timeout.ms = 90s\n";
+    assert_int_equal(load(c, text, err), 0);
+    map_both(c, &m);
+    assert_string_equal(m.guard.host, "redis.test");
+    assert_int_equal(m.guard.port, 6400);
+    assert_string_equal(m.guard.unix_path, "/run/r.sock");
+    assert_int_equal(m.guard.db, 3);
+    assert_string_equal(m.guard.user, "u1");
+    assert_string_equal(m.guard.password, "p1");
+    assert_string_equal(m.guard.sentinels, "127.0.0.1:26379,127.0.0.1:26380");
+    assert_string_equal(m.guard.sentinel_master, "m1");
+    assert_string_equal(m.guard.sentinel_user, "su");
+    assert_string_equal(m.guard.sentinel_password, "sp");
+    assert_int_equal(m.guard.connect_timeout_ms, 1500);
+    assert_int_equal(m.guard.command_timeout_ms, 3000);
+    assert_string_equal(m.guard.prefix, "app:one:");
+    assert_int_equal(m.guard.lease_ms, 10000);
+    assert_int_equal(m.guard.done_retention_ms, 2LL * 24 * 3600 * 1000);
+    assert_int_equal(m.guard.failed_retention_ms, 3LL * 24 * 3600 * 1000);
+    assert_int_equal(m.guard.wait_replicas, 2);
+    assert_int_equal(m.guard.wait_timeout_ms, 250);
+    assert_int_equal(m.guard.batch_max, 16);
+
+    assert_int_equal(m.consumer.ntopics, 2);
+    assert_string_equal(m.consumer.topics[0], "a");
+    assert_string_equal(m.consumer.topics[1], "b");
+    assert_string_equal(m.consumer.group_id, "g1");
+    assert_int_equal(m.consumer.format, WXG_FORMAT_GEWE);
+    assert_int_equal(m.consumer.workers, 7);
+    assert_int_equal(m.consumer.queue_capacity, 99);
+    assert_int_equal(m.consumer.batch_max, 16);
+    assert_int_equal(m.consumer.batch_delay_us, 5000);
+    assert_int_equal(m.consumer.drain_timeout_ms, 4000);
+    assert_int_equal(m.consumer.commit_interval_ms, 2000);
+    assert_int_equal(m.consumer.commit_timeout_ms, 6000);
+    assert_int_equal(m.consumer.retry_max, 9);
+    assert_int_equal(m.consumer.backoff_initial_ms, 300);
+    assert_int_equal(m.consumer.backoff_max_ms, 60000);
+    assert_int_equal(m.consumer.max_message_bytes, 2 * 1024 * 1024);
+    assert_int_equal(m.consumer.stall_timeout_ms, 90000);
+    assert_int_equal(m.consumer.redis_probe_ms, 0);
+    assert_int_equal(m.consumer.done_cache_entries, 0);
+    /* The handles stay the caller's. */
+    assert_null(m.consumer.kafka);
+    assert_null(m.consumer.guard);
+    assert_null(m.consumer.chain);
+    assert_null(m.consumer.dlq);
+    assert_null(m.consumer.metrics);
+    wxg_conf_free(c);
+}
+
+/* Every format word the table allows is one the decoder knows. */
+static void every_consumer_format_maps_to_a_decoder_format(void **state)
+{
+    (void)state;
+    const wxg_conf_keydef_t *d = wxg_conf_keydef_find("consumer.format");
+    assert_non_null(d);
+    for (const char *p = d->allowed; *p;) {
+        size_t len = strcspn(p, "|");
+        char word[32], err[ERRSZ] = "";
+        snprintf(word, sizeof word, "%.*s", (int)len, p);
+        wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+        assert_int_equal(wxg_conf_set(c, "consumer.format", word, err, sizeof err), 0);
+        wxg_consumer_conf_t cc;
+        if (wxg_conf_consumer(c, &cc, err, sizeof err) != 0)
+            fail_msg("consumer.format = %s: %s", word, err);
+        wxg_conf_free(c);
+        p += len;
+        if (*p == '|')
+            p++;
+    }
+}
+
+/* The guard takes at most WXG_GUARD_PREFIX_MAX bytes of prefix including the ':' the mapping
+ * adds: a 64-byte prefix without one is refused when it is set, not when the guard starts. */
+static void the_key_prefix_fits_the_guard_with_its_colon(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    const wxg_conf_keydef_t *d = wxg_conf_keydef_find("redis.key.prefix");
+    assert_int_equal(d->max, WXG_GUARD_PREFIX_MAX);
+    char p63[64], p64[65];
+    memset(p63, 'a', 63);
+    p63[63] = '\0';
+    memset(p64, 'a', 64);
+    p64[64] = '\0';
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(wxg_conf_set(c, "redis.key.prefix", p64, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.key.prefix"));
+    assert_int_equal(wxg_conf_set(c, "redis.key.prefix", p63, err, sizeof err), 0);
+    mapped m;
+    map_both(c, &m);
+    assert_int_equal(strlen(m.guard.prefix), 64);
+    assert_int_equal(m.guard.prefix[63], ':');
+    p64[63] = ':';
+    assert_int_equal(wxg_conf_set(c, "redis.key.prefix", p64, err, sizeof err), 0);
+    map_both(c, &m);
+    assert_string_equal(m.guard.prefix, p64);
+    /* A buffer without room is refused, not overrun. */
+    char small[8];
+    wxg_guard_conf_t gc;
+    assert_int_equal(wxg_conf_guard(c, &gc, small, sizeof small, err, sizeof err), WXG_EINVAL);
+    assert_int_equal(wxg_conf_guard(NULL, &gc, small, sizeof small, err, sizeof err), WXG_EINVAL);
+    wxg_conf_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -553,6 +877,10 @@ int main(void)
         cmocka_unit_test(plugin_settings_keep_every_plugin_key_whole_for_the_registry),
         cmocka_unit_test(load_reads_a_file_and_runs_every_source),
         cmocka_unit_test(reference_ranges_read_like_the_docs),
+        cmocka_unit_test(every_redis_guard_and_consumer_key_lands_in_the_mapped_conf),
+        cmocka_unit_test(guard_and_consumer_confs_carry_each_key_to_its_field),
+        cmocka_unit_test(every_consumer_format_maps_to_a_decoder_format),
+        cmocka_unit_test(the_key_prefix_fits_the_guard_with_its_colon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
