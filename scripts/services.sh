@@ -7,11 +7,14 @@
 #   scripts/services.sh stop DIR
 #   scripts/services.sh status DIR
 #
-# `start` waits until each server answers (Redis: PING; Kafka: a metadata round trip that lists
-# one broker) and then writes DIR/services.env, KEY=VALUE lines that the tests read:
+# `start` waits, each wait bounded, until each server answers as the process it started (Redis:
+# INFO names our PID; Kafka: a metadata round trip lists one broker, and our JVM holds the port;
+# PostgreSQL: a query names our data directory) and then writes DIR/services.env, KEY=VALUE
+# lines that the tests read:
 #   WXG_TEST_REDIS_HOST, WXG_TEST_REDIS_PORT, WXG_TEST_KAFKA_BOOTSTRAP, WXG_TEST_PG_DSN (a libpq
 #   connection string), WXG_SERVICES_{REDIS,KAFKA}_{PID,LOG,DATA},
-#   WXG_SERVICES_KAFKA_CONTROLLER_PORT and WXG_SERVICES_PG_{PID,LOG,DIR}.
+#   WXG_SERVICES_KAFKA_CONTROLLER_PORT and WXG_SERVICES_PG_{PID,LOG,DIR}; and, for `stop`,
+#   WXG_SERVICES_{REDIS,KAFKA,PG}_PROC=PID:START (START: the process's start time).
 # Values never contain spaces unless DIR does, so a shell can `. DIR/services.env` it.
 # The servers run detached (own session, stdin from /dev/null, output to DIR/*.log), so the
 # caller, e.g. ctest, does not wait for them. `stop` ends exactly the processes recorded in the
@@ -77,44 +80,124 @@ env_get() {
 
 env_add() { printf '%s=%s\n' "$2" "$3" >>"$1"; }
 
-# True while PID is a live (not zombie) process whose command line contains MARK and, when
-# CWD is given, whose working directory is CWD. Both guard against signalling an unrelated
-# process that reused a recorded PID.
-is_ours() {
-  local pid=$1 mark=$2 cwd=${3:-} state cmd
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ -r /proc/$pid/stat ]] || return 1
-  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
-  [[ $state != Z && $state != X ]] || return 1
-  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-  [[ $cmd == *"$mark"* ]] || return 1
-  [[ -z $cwd || $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$cwd" ]]
+# --- process identity ------------------------------------------------------------------------
+# A started process is recorded as its PID and its start time (field 22 of /proc/PID/stat, in
+# clock ticks since boot). The kernel sets the start time at fork and keeps it across exec, so
+# the pair names one process for good: a PID that is reused later comes with another start
+# time. The command line is no such name. Until the exec it is the shell's; while the kernel
+# loads the new program it reads as empty (4-8 ms here when the binary is not in the page cache
+# yet, as on a fresh machine's first run); redis-server blanks and rewrites it when it sets its
+# process title, just before it accepts connections.
+# A readiness check that read it took a live server of ours for a stranger and stopped it.
+# Whether the server that answers on a port is the process we started is asked of the server
+# (Redis: INFO's process_id), of the kernel (Kafka: our PID holds the listening socket) or of a
+# setting only our server has (PostgreSQL: its data directory).
+#
+# The servers are started as `setsid PROGRAM &`. setsid forks only when it is a process group
+# leader, and a background child of a non-interactive shell never is, so $! is the server's PID.
+
+# The state and the start time of PID ("S 123456"), from one read of /proc/PID/stat, or fails.
+proc_stat() {
+  local line rest
+  local -a f
+  { line=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+  # The second field is the program name in parentheses, which may itself hold ") ".
+  rest=${line##*) }
+  read -r -a f <<<"$rest"
+  [[ ${f[19]:-} =~ ^[0-9]+$ ]] || return 1
+  printf '%s %s\n' "${f[0]}" "${f[19]}"
 }
 
-# Ends one recorded process: SIGTERM, wait up to `grace` seconds, then SIGKILL.
+# The start time of PID, or fails when there is no such process.
+proc_start() {
+  local st
+  st=$(proc_stat "$1") || return 1
+  printf '%s\n' "${st#* }"
+}
+
+# True while the process PID that started at START runs (a zombie counts as ended).
+proc_alive() {
+  local pid=$1 start=$2 st
+  [[ $pid =~ ^[0-9]+$ && $start =~ ^[0-9]+$ ]] || return 1
+  st=$(proc_stat "$pid") || return 1
+  [[ ${st#* } == "$start" && ${st%% *} != [ZX] ]]
+}
+
+# Records the process just started as $! under NAME: WXG_SERVICES_<NAME>_PID=pid for readers
+# and WXG_SERVICES_<NAME>_PROC=pid:start for `stop`. Prints the start time (empty when the
+# process is already gone, which the readiness loop then reports).
+record_proc() {
+  local envf=$1 name=$2 pid=$3 start
+  start=$(proc_start "$pid") || start=
+  env_add "$envf" "WXG_SERVICES_${name}_PID" "$pid"
+  env_add "$envf" "WXG_SERVICES_${name}_PROC" "$pid:$start"
+  printf '%s\n' "$start"
+}
+
+# Seconds left before DEADLINE (epoch ms), at most CAP and at least 0.1, for `timeout`: each
+# probe of a readiness loop ends by the loop's deadline.
+budget() {
+  local left=$(($1 - $(now_ms))) cap=$(($2 * 1000))
+  ((left < cap)) || left=$cap
+  ((left > 100)) || left=100
+  printf '%d.%03d\n' $((left / 1000)) $((left % 1000))
+}
+
+# True when process PID holds a socket listening on 127.0.0.1:PORT. A JVM listens on an IPv6
+# socket even for an IPv4 address, which /proc/net/tcp6 shows as ::ffff:127.0.0.1.
+listens_on() {
+  local pid=$1 port=$2 v4 v6 inode
+  printf -v v4 '0100007F:%04X' "$port"
+  printf -v v6 '0000000000000000FFFF00000100007F:%04X' "$port"
+  while read -r inode; do
+    if [[ -n $(find "/proc/$pid/fd" -maxdepth 1 -lname "socket:\\[$inode\\]" -print -quit \
+      2>/dev/null) ]]; then
+      return 0
+    fi
+  done < <(awk -v v4="$v4" -v v6="$v6" '($2 == v4 || $2 == v6) && $4 == "0A" { print $10 }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+  return 1
+}
+
+# Ends one recorded process (PID started at START): SIGTERM, wait up to `grace` seconds, then
+# SIGKILL. A process that is no longer the recorded one is left alone.
 end_process() {
-  local name=$1 pid=$2 mark=$3 grace=$4 cwd=${5:-} deadline
-  if ! is_ours "$pid" "$mark" "$cwd"; then
+  local name=$1 pid=$2 start=$3 grace=$4 deadline
+  if ! proc_alive "$pid" "$start"; then
     return 0
   fi
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   deadline=$(($(now_ms) + grace * 1000))
-  while is_ours "$pid" "$mark" "$cwd" && (($(now_ms) < deadline)); do
+  while proc_alive "$pid" "$start" && (($(now_ms) < deadline)); do
     sleep 0.1
   done
-  if is_ours "$pid" "$mark" "$cwd"; then
+  if proc_alive "$pid" "$start"; then
     log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     deadline=$(($(now_ms) + 10000))
-    while is_ours "$pid" "$mark" "$cwd" && (($(now_ms) < deadline)); do
+    while proc_alive "$pid" "$start" && (($(now_ms) < deadline)); do
       sleep 0.1
     done
   fi
-  if is_ours "$pid" "$mark" "$cwd"; then
+  if proc_alive "$pid" "$start"; then
     log "warning: $name (pid $pid) is still running"
     return 1
   fi
+}
+
+# The pid:start pairs recorded under NAME in the env file, one a line.
+recorded_procs() { grep "^WXG_SERVICES_$2_PROC=" "$1" | cut -d= -f2- || true; }
+
+# PIDs recorded under NAME by an older version of this script, without a start time: they are
+# not signalled (nothing proves they are still ours), only named.
+warn_unrecorded() {
+  local envf=$1 name=$2 pid
+  while read -r pid; do
+    if ! grep -q "^WXG_SERVICES_${name}_PROC=$pid:" "$envf"; then
+      log "warning: pid $pid ($name) was recorded without a start time; not stopped"
+    fi
+  done < <(grep "^WXG_SERVICES_${name}_PID=" "$envf" | cut -d= -f2-)
 }
 
 show_log_tail() {
@@ -126,14 +209,19 @@ show_log_tail() {
 
 # --- redis -----------------------------------------------------------------------------------
 
-redis_ping() {
-  local reply
-  reply=$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) || return 1
-  [[ $reply == PONG ]]
+# The process id that the Redis server on PORT reports (INFO server), or nothing when no Redis
+# server answers there by DEADLINE.
+redis_pid() {
+  local info
+  info=$(timeout "$(budget "$2" 2)" redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null) ||
+    return 0
+  if [[ $info =~ process_id:([0-9]+) ]]; then
+    printf '%s\n' "${BASH_REMATCH[1]}"
+  fi
 }
 
 start_redis() {
-  local dir=$1 envf=$2 attempt port pid data logf deadline
+  local dir=$1 envf=$2 attempt port pid start data logf deadline answer why retry
   command -v redis-server >/dev/null || die "redis-server not found: run scripts/setup.sh"
   data=$dir/redis-data
   logf=$dir/redis.log
@@ -145,13 +233,17 @@ start_redis() {
     setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$data" --save '' \
       --appendonly no --daemonize no </dev/null >>"$logf" 2>&1 &
     pid=$!
-    env_add "$envf" WXG_SERVICES_REDIS_PID "$pid"
+    start=$(record_proc "$envf" REDIS "$pid")
     deadline=$(($(now_ms) + 20000 * scale))
-    while (($(now_ms) < deadline)); do
-      if ! is_ours "$pid" redis-server; then
+    why="did not answer within $((20 * scale)) s"
+    retry=0
+    while :; do
+      if ! proc_alive "$pid" "$start"; then
+        why="exited before it answered"
         break
       fi
-      if redis_ping "$port"; then
+      answer=$(redis_pid "$port" "$deadline")
+      if [[ $answer == "$pid" ]]; then
         env_add "$envf" WXG_SERVICES_REDIS_DATA "$data"
         env_add "$envf" WXG_SERVICES_REDIS_LOG "$logf"
         env_add "$envf" WXG_TEST_REDIS_HOST 127.0.0.1
@@ -159,17 +251,23 @@ start_redis() {
         log "redis-server ready on 127.0.0.1:$port (pid $pid)"
         return 0
       fi
+      if [[ -n $answer ]]; then
+        why="port $port is served by another Redis (pid $answer)"
+        retry=1
+        break
+      fi
+      (($(now_ms) < deadline)) || break
       sleep 0.05
     done
-    end_process redis-server "$pid" redis-server 5 || true
-    if grep -q 'Address already in use' "$logf" 2>/dev/null; then
+    end_process redis-server "$pid" "$start" 5 || true
+    if ((retry)) || grep -q 'Address already in use' "$logf" 2>/dev/null; then
       log "port $port was taken meanwhile; trying another (attempt $attempt)"
       continue
     fi
     break
   done
   show_log_tail redis-server "$logf"
-  die "redis-server did not become ready"
+  die "redis-server (pid $pid) $why"
 }
 
 # --- kafka -----------------------------------------------------------------------------------
@@ -239,18 +337,17 @@ cluster_id() {
   printf '%s\n' "$id"
 }
 
-# What the broker's command line contains: its main class and its own configuration file.
-kafka_mark() { printf 'kafka.Kafka %s/kafka/server.properties\n' "$1"; }
-
+# True when the broker on PORT answers a metadata request, by DEADLINE, with one broker.
 kafka_ready() {
   local out
-  out=$(timeout 10 kcat -L -b "127.0.0.1:$1" -m 2 -X broker.address.family=v4 2>/dev/null) ||
-    return 1
+  out=$(timeout "$(budget "$2" 10)" kcat -L -b "127.0.0.1:$1" -m 2 -X broker.address.family=v4 \
+    2>/dev/null) || return 1
   [[ $out == *" 1 brokers:"* ]]
 }
 
 start_kafka() {
-  local dir=$1 envf=$2 kdir kmark logf attempt port cport pid t0 t1 deadline jvm
+  local dir=$1 envf=$2 kdir logf attempt port cport pid='' start t0 t1 deadline jvm
+  local why="found no two free ports"
   command -v java >/dev/null || die "java not found: run scripts/setup.sh"
   command -v kcat >/dev/null || die "kcat not found: run scripts/setup.sh"
   if ! compgen -G "$kafka_libs/kafka_2.13-*.jar" >/dev/null; then
@@ -258,7 +355,6 @@ start_kafka() {
   fi
   kdir=$dir/kafka
   logf=$dir/kafka.log
-  kmark=$(kafka_mark "$dir")
   # -XX:TieredStopAtLevel=1 and SerialGC cut start-up work and footprint (fine for tests, not
   # for benchmarks); -XX:-UsePerfData keeps the JVM from writing to /tmp.
   jvm=(-Xms64m "-Xmx${WXG_KAFKA_HEAP:-512m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1
@@ -285,14 +381,18 @@ start_kafka() {
     setsid java "${jvm[@]}" -cp "$kafka_libs/*" kafka.Kafka "$kdir/server.properties" \
       </dev/null >>"$logf" 2>&1 &
     pid=$!
-    env_add "$envf" WXG_SERVICES_KAFKA_PID "$pid"
+    start=$(record_proc "$envf" KAFKA "$pid")
     env_add "$envf" WXG_SERVICES_KAFKA_DATA "$kdir"
     deadline=$(($(now_ms) + 90000 * scale))
-    while (($(now_ms) < deadline)); do
-      if ! is_ours "$pid" "$kmark"; then
+    why="did not become ready within $((90 * scale)) s"
+    while :; do
+      if ! proc_alive "$pid" "$start"; then
+        why="exited before it was ready"
         break
       fi
-      if kafka_ready "$port"; then
+      # The metadata answer counts only when our JVM holds the port: a broker of another run
+      # that took it meanwhile would answer just the same.
+      if kafka_ready "$port" "$deadline" && listens_on "$pid" "$port"; then
         env_add "$envf" WXG_SERVICES_KAFKA_LOG "$logf"
         env_add "$envf" WXG_SERVICES_KAFKA_CONTROLLER_PORT "$cport"
         env_add "$envf" WXG_TEST_KAFKA_BOOTSTRAP "127.0.0.1:$port"
@@ -300,9 +400,10 @@ start_kafka() {
           "format $((t1 - t0)) ms, start $(($(now_ms) - t1)) ms)"
         return 0
       fi
+      (($(now_ms) < deadline)) || break
       sleep 0.25
     done
-    end_process "Kafka broker" "$pid" "$kmark" 20 || true
+    end_process "Kafka broker" "$pid" "$start" 20 || true
     if grep -q 'Address already in use' "$logf" 2>/dev/null; then
       log "a port was taken meanwhile; trying other ports (attempt $attempt)"
       continue
@@ -310,7 +411,7 @@ start_kafka() {
     break
   done
   show_log_tail "Kafka broker" "$logf"
-  die "the Kafka broker did not become ready within $((90 * scale)) s"
+  die "the Kafka broker (pid $pid) $why"
 }
 
 # --- postgresql ------------------------------------------------------------------------------
@@ -339,20 +440,18 @@ pg_bindir() {
 
 pg_as() { runuser -u "${WXG_PG_USER:-postgres}" -- "$@"; }
 
-pg_ready() {
-  local bindir=$1 port=$2
-  if [[ -x $bindir/pg_isready ]]; then
-    timeout 5 "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -d postgres \
-      -U "${WXG_PG_USER:-postgres}" >/dev/null 2>&1
-  else
-    timeout 5 psql -h 127.0.0.1 -p "$port" -U "${WXG_PG_USER:-postgres}" -d postgres -Atqc \
-      'select 1' >/dev/null 2>&1
-  fi
+# The data directory of the PostgreSQL server on PORT, or nothing when none answers by DEADLINE.
+# Our cluster's directory is a fresh mktemp name, so it tells our server from any other.
+pg_data_dir() {
+  PGCONNECT_TIMEOUT=2 timeout "$(budget "$2" 5)" psql -h 127.0.0.1 -p "$1" \
+    -U "${WXG_PG_USER:-postgres}" -d postgres -Atqc 'show data_directory' 2>/dev/null || true
 }
 
 start_postgres() {
-  local dir=$1 envf=$2 bindir pgdir logf attempt port pid deadline user=${WXG_PG_USER:-postgres}
+  local dir=$1 envf=$2 bindir pgdir logf attempt port pid start deadline answer why retry
+  local user=${WXG_PG_USER:-postgres}
   bindir=$(pg_bindir) || die "PostgreSQL's initdb not found: run scripts/setup.sh"
+  command -v psql >/dev/null || die "psql not found: run scripts/setup.sh"
   id -u "$user" >/dev/null 2>&1 || die "no '$user' account to run PostgreSQL as"
   pgdir=$(mktemp -d "${TMPDIR:-/tmp}/wxg-pg.XXXXXX") || die "cannot create a temporary directory"
   env_add "$envf" WXG_SERVICES_PG_DIR "$pgdir"
@@ -374,52 +473,63 @@ start_postgres() {
       -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
       -c shared_buffers=64MB </dev/null >>"$logf" 2>&1 &
     pid=$!
-    env_add "$envf" WXG_SERVICES_PG_PID "$pid"
+    start=$(record_proc "$envf" PG "$pid")
     deadline=$(($(now_ms) + 30000 * scale))
-    while (($(now_ms) < deadline)); do
-      if ! kill -0 "$pid" 2>/dev/null; then
+    why="did not answer within $((30 * scale)) s"
+    retry=0
+    while :; do
+      if ! proc_alive "$pid" "$start"; then
+        why="exited before it answered"
         break
       fi
-      if pg_ready "$bindir" "$port"; then
+      answer=$(pg_data_dir "$port" "$deadline")
+      if [[ $answer == "$pgdir/data" ]]; then
         env_add "$envf" WXG_SERVICES_PG_LOG "$logf"
         env_add "$envf" WXG_TEST_PG_DSN \
           "postgresql://$user@127.0.0.1:$port/postgres?connect_timeout=5"
         log "PostgreSQL ready on 127.0.0.1:$port (pid $pid, data in $pgdir)"
         return 0
       fi
+      if [[ -n $answer ]]; then
+        why="port $port is served by another PostgreSQL (data in $answer)"
+        retry=1
+        break
+      fi
+      (($(now_ms) < deadline)) || break
       sleep 0.1
     done
-    stop_postgres_pid "$pid" || true
-    if grep -q 'could not bind\|Address already in use' "$logf" 2>/dev/null; then
+    stop_postgres_proc "$pid" "$start" || true
+    if ((retry)) || grep -q 'could not bind\|Address already in use' "$logf" 2>/dev/null; then
       log "port $port was taken meanwhile; trying another (attempt $attempt)"
       continue
     fi
     break
   done
   show_log_tail PostgreSQL "$logf"
-  die "PostgreSQL did not become ready"
+  die "PostgreSQL (pid $pid) $why"
 }
 
-# The recorded PID is runuser's; the postmaster is its child and both carry the data directory
-# on their command lines. SIGTERM to runuser is passed on to the postmaster (smart shutdown
-# would wait for clients, so the postmaster itself gets SIGINT: fast shutdown).
-stop_postgres_pid() {
-  local pid=$1 child children=()
-  [[ $pid =~ ^[0-9]+$ ]] || return 0
+# The recorded PID is runuser's; the postmaster is its child. SIGTERM to runuser is passed on to
+# the postmaster (smart shutdown would wait for clients, so the postmaster itself gets SIGINT:
+# fast shutdown). The children of the recorded runuser are ours by descent, whatever their
+# command lines say at this moment.
+stop_postgres_proc() {
+  local pid=$1 start=$2 child children=()
+  proc_alive "$pid" "$start" || return 0
   read -r -a children <"/proc/$pid/task/$pid/children" 2>/dev/null || true
   for child in "${children[@]}"; do
-    if is_ours "$child" postgres; then
-      kill -INT "$child" 2>/dev/null || true
-    fi
+    kill -INT "$child" 2>/dev/null || true
   done
-  end_process PostgreSQL "$pid" postgres 20
+  end_process PostgreSQL "$pid" "$start" 20
 }
 
 stop_postgres() {
-  local envf=$1 pid pgdir rc=0
-  while read -r pid; do
-    stop_postgres_pid "$pid" || rc=1
-  done < <(grep '^WXG_SERVICES_PG_PID=' "$envf" | cut -d= -f2-)
+  local envf=$1 proc pgdir rc=0
+  while read -r proc; do
+    [[ -n $proc ]] || continue
+    stop_postgres_proc "${proc%%:*}" "${proc#*:}" || rc=1
+  done < <(recorded_procs "$envf" PG)
+  warn_unrecorded "$envf" PG
   if ((rc == 0)); then
     while read -r pgdir; do
       # Only a directory this script made: the mktemp pattern under the temporary directory.
@@ -434,19 +544,23 @@ stop_postgres() {
 # --- commands --------------------------------------------------------------------------------
 
 cmd_stop() {
-  local dir=$1 rc=0 pid data
+  local dir=$1 rc=0 proc data
   local envf=$dir/services.env
   if [[ ! -f $envf ]]; then
     log "nothing recorded in $dir; nothing to stop"
     return 0
   fi
   # Kafka first: its shutdown is the slow part, and nothing in it depends on Redis.
-  while read -r pid; do
-    end_process "Kafka broker" "$pid" "$(kafka_mark "$dir")" 30 || rc=1
-  done < <(grep '^WXG_SERVICES_KAFKA_PID=' "$envf" | cut -d= -f2-)
-  while read -r pid; do
-    end_process redis-server "$pid" redis-server 10 "$dir/redis-data" || rc=1
-  done < <(grep '^WXG_SERVICES_REDIS_PID=' "$envf" | cut -d= -f2-)
+  while read -r proc; do
+    [[ -n $proc ]] || continue
+    end_process "Kafka broker" "${proc%%:*}" "${proc#*:}" 30 || rc=1
+  done < <(recorded_procs "$envf" KAFKA)
+  warn_unrecorded "$envf" KAFKA
+  while read -r proc; do
+    [[ -n $proc ]] || continue
+    end_process redis-server "${proc%%:*}" "${proc#*:}" 10 || rc=1
+  done < <(recorded_procs "$envf" REDIS)
+  warn_unrecorded "$envf" REDIS
   stop_postgres "$envf" || rc=1
   if ((rc == 0)); then
     for data in "$dir/kafka" "$dir/redis-data"; do
@@ -499,39 +613,29 @@ cmd_start() {
   log "addresses written to $envf"
 }
 
+# Reports each server: the last process recorded under its name (earlier ones are attempts
+# that failed to bind) and where it listens.
 cmd_status() {
-  local dir=$1 envf=$1/services.env pid rc=0
+  local dir=$1 envf=$1/services.env name label where proc rc=0
   [[ -f $envf ]] || {
     log "not started ($envf missing)"
     return 1
   }
-  pid=$(env_get "$envf" WXG_SERVICES_REDIS_PID)
-  if [[ -n $pid ]]; then
-    if is_ours "$pid" redis-server "$dir/redis-data"; then
-      log "redis-server pid $pid on port $(env_get "$envf" WXG_TEST_REDIS_PORT): running"
+  for name in REDIS PG KAFKA; do
+    case $name in
+    REDIS) label=redis-server where="port $(env_get "$envf" WXG_TEST_REDIS_PORT)" ;;
+    PG) label=PostgreSQL where=$(env_get "$envf" WXG_TEST_PG_DSN) ;;
+    KAFKA) label=Kafka where=$(env_get "$envf" WXG_TEST_KAFKA_BOOTSTRAP) ;;
+    esac
+    proc=$(recorded_procs "$envf" "$name" | tail -n 1)
+    [[ -n $proc ]] || continue
+    if proc_alive "${proc%%:*}" "${proc#*:}"; then
+      log "$label pid ${proc%%:*} ($where): running"
     else
-      log "redis-server pid $pid: not running"
+      log "$label pid ${proc%%:*}: not running"
       rc=1
     fi
-  fi
-  pid=$(env_get "$envf" WXG_SERVICES_PG_PID)
-  if [[ -n $pid ]]; then
-    if is_ours "$pid" postgres; then
-      log "PostgreSQL pid $pid ($(env_get "$envf" WXG_TEST_PG_DSN)): running"
-    else
-      log "PostgreSQL pid $pid: not running"
-      rc=1
-    fi
-  fi
-  pid=$(env_get "$envf" WXG_SERVICES_KAFKA_PID)
-  if [[ -n $pid ]]; then
-    if is_ours "$pid" "$(kafka_mark "$dir")"; then
-      log "Kafka pid $pid at $(env_get "$envf" WXG_TEST_KAFKA_BOOTSTRAP): running"
-    else
-      log "Kafka pid $pid: not running"
-      rc=1
-    fi
-  fi
+  done
   return "$rc"
 }
 

@@ -1,6 +1,9 @@
 /*
  * DESIGN: test support (see testenv.h). Reads the fixture's env file once; starts private
- * redis-server processes with fork/exec and stops them by PID, never by name.
+ * redis-server processes with fork/exec and stops them by PID, never by name. A started server
+ * counts as up when the server on its port reports the PID we forked (INFO server), not merely
+ * when something there answers PING; the child is reaped with waitpid, so a PID is ours until
+ * then.
  */
 #define _XOPEN_SOURCE 700
 #include "testenv.h"
@@ -160,20 +163,35 @@ void wxg_test_rmtree(const char *path)
         nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int redis_ping(int port, const char *password)
+/* True when the server on `port` answers as process `pid`: INFO server names that process id.
+ * A PING alone would take any server for ours, such as one that took the port between
+ * wxg_test_free_port() and the exec. Every step is bounded by a 300 ms socket timeout. */
+static int redis_serves(int port, const char *password, pid_t pid)
 {
     struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    const char *at = NULL;
     int ok = 0;
-    if (c && !c->err) {
-        redisReply *r = password ? redisCommand(c, "AUTH %s", password) : NULL;
-        if (r)
-            freeReplyObject(r);
-        r = redisCommand(c, "PING");
-        ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-        if (r)
-            freeReplyObject(r);
+    if (!c || c->err || redisSetTimeout(c, tv) != REDIS_OK)
+        goto out;
+    if (password) {
+        r = redisCommand(c, "AUTH %s", password);
+        if (!r || r->type == REDIS_REPLY_ERROR)
+            goto out;
+        freeReplyObject(r);
     }
+    r = redisCommand(c, "INFO server");
+    at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "\nprocess_id:") : NULL;
+    if (at) {
+        char *end;
+        errno = 0;
+        long v = strtol(at + strlen("\nprocess_id:"), &end, 10);
+        ok = errno == 0 && end != at && (*end == '\r' || *end == '\n') && v == (long)pid;
+    }
+out:
+    if (r)
+        freeReplyObject(r);
     if (c)
         redisFree(c);
     return ok;
@@ -256,7 +274,7 @@ static int redis_spawn(wxg_test_redis_t *r)
             r->pid = 0;
             return -1;
         }
-        if (redis_ping(r->port, r->password))
+        if (redis_serves(r->port, r->password, pid))
             return 0;
         wxg_test_sleep_ms(50);
     }
