@@ -87,6 +87,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "pipeline_int.h"
 #include "recycle_int.h"
 #include "wxguard/donecache.h"
 #include "wxguard/err.h"
@@ -94,64 +95,48 @@
 #include "wxguard/offsets.h"
 #include "wxguard/pool.h"
 
-#define REASON_MAX           512
-#define INFRA_BACKOFF_MAX_MS 2000
-#define STORE_EVERY_MS       20
-#define PAUSE_EVERY_MS       10
-#define BACKLOG_WAIT_MS      200
-#define ROOM_WAIT_MS         10
-#define FETCH_WAIT_MS        "100"
-#define STATS_EVERY_MS       10000
-#define GAUGE_EVERY_MS       100
-#define LAG_EVERY_MS         1000
-#define STALL_EVERY_MS       200
-#define REDIS_DOWN_HOLD_MS   30000
-#define C2C_RING             2048
-#define LAT_BUCKETS          128
-#define KEY_LOG_MAX          160
-#define CACHE_LINE           64
+#define STORE_EVERY_MS     20
+#define PAUSE_EVERY_MS     10
+#define BACKLOG_WAIT_MS    200
+#define ROOM_WAIT_MS       10
+#define FETCH_WAIT_MS      "100"
+#define STATS_EVERY_MS     10000
+#define GAUGE_EVERY_MS     100
+#define LAG_EVERY_MS       1000
+#define STALL_EVERY_MS     200
+#define REDIS_DOWN_HOLD_MS 30000
+#define C2C_RING           2048
+#define LAT_BUCKETS        128
+#define KEY_LOG_MAX        160
+#define CACHE_LINE         64
 /* Memory the poll thread keeps for reuse instead of freeing (recycle_int.h): chunks of decoded
  * batches, and the bookkeeping of one-message records. */
 #define DECODE_CACHE_BYTES ((size_t)4 << 20)
 #define SPARE_REC_BYTES    ((size_t)2 << 20)
 
-enum { PH_CLAIM = 0, PH_COMPLETE, PH_DLQ, PH_FAILMARK };
-enum { OUT_ACTIVE = 0, OUT_OK, OUT_RETRY, OUT_FAIL, OUT_LOST };
-
 typedef struct cpart cpart;
 typedef struct rec rec;
 
+/* One message of a record: its pipeline item (first, so that the pool's item pointer is the
+ * job's), and what the poll thread needs to route it. */
 typedef struct job {
+    wxg__pl_item_t it;
     rec *r;
-    const wxg_msg_view_t *msg; /* NULL: the record did not decode */
-    struct job *pnext;         /* pending list */
+    struct job *pnext; /* pending list */
     uint64_t conv;
-    int phase;
-    int outcome;
-    int has_claim;
-    size_t slot;
-    wxg_guard_claim_t claim;
-    wxg_guard_watch_t *watch;
-    atomic_int done; /* finished or cancelled: the stall detector names the first job left */
-    uint32_t errors; /* consecutive infrastructure errors, for backoff */
-    uint32_t attempts;
-    int fail_code;
-    const char *fail_plugin;
-    char *fail_reason;
-    int64_t first_failure_ms, last_failure_ms;
 } job;
 
 struct rec {
     rd_kafka_message_t *rkm;
+    wxg__pl_record_t view; /* what the pipeline sees of rkm */
     int64_t dispatched_us;
     wxg_batch_t *batch;
     cpart *part;
     wxg_offsets_ticket_t ticket;
     atomic_int refs;
     atomic_int cancelled;
-    atomic_int_fast64_t claimed_us; /* first claim call's time, 0 before it */
-    rec *lprev, *lnext;             /* the partition's in-flight list, under part->mu */
-    rec *fnext;                     /* the released list (consumer.released) */
+    rec *lprev, *lnext; /* the partition's in-flight list, under part->mu */
+    rec *fnext;         /* the released list (consumer.released) */
     int decode_err;
     char *decode_reason;
     size_t njobs;
@@ -182,43 +167,17 @@ struct cpart {
     int64_t next; /* offset after the last record dispatched, -1 when unknown */
 };
 
-/* The consumer's metric handles (docs/metrics.md). */
-enum { CL_CLAIMED = 0, CL_DUPLICATE, CL_BUSY, CL_N };
-enum { GE_CLAIM = 0, GE_COMPLETE, GE_FAIL, GE_PLUGIN_DONE, GE_N };
-enum { PR_OK = 0, PR_RETRY, PR_FAIL, PR_N };
+/* The consumer's metric handles (docs/metrics.md); those the pipeline bumps are in `pl`. */
 typedef struct cmetrics {
     wxg_metrics_t *reg;
     wxg_metrics_t *own; /* a private registry when the caller gave none */
-    wxg_metric_t *records, *decode_errors, *claims[CL_N], *mismatches, *guard_errors[GE_N];
-    wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost, *commits;
+    wxg__pl_metrics_t pl;
+    wxg_metric_t *records, *decode_errors, *commits;
     wxg_metric_t *commit_failures, *assigns, *revokes, *revoke_timeouts;
     wxg_metric_t *inflight, *queue, *assigned, *paused, *oldest, *stalled, *redis_up;
-    wxg_metric_t *claim_seconds, *c2c_seconds;
-    wxg_metric_t *cache_hits, *cache_entries, *cache_evictions;
-    wxg_metric_t **plugin_results; /* nplugins * PR_N */
-    wxg_metric_t **plugin_seconds; /* nplugins */
+    wxg_metric_t *c2c_seconds;
+    wxg_metric_t *cache_entries, *cache_evictions;
 } cmetrics;
-
-typedef struct wstate {
-    wxg_consumer_t *c;
-    unsigned index;
-    wxg_guard_t *g;
-    wxg_plugin_thread_t *pt;
-    unsigned seed;
-    uint64_t round_trips_seen;
-    int64_t *out;
-    job **claimv, **chainv, **completev, **retryv, **dlqv, **failv;
-    wxg_guard_msg_t *msgs;
-    wxg_guard_claim_t *claims;
-    wxg_guard_ticket_t *tickets;
-    int *results;
-    wxg_guard_plugin_done_t *dones;
-    job **donejobs;
-    /* Copies of the results the dones point at: a plugin's call record lives only for its
-     * call, while the markers of one stage travel together after the stage. */
-    char (*doneres)[WXG_PLUGIN_RESULT_MAX + 1];
-    wxg_guard_failure_t *failures;
-} wstate;
 
 struct wxg_consumer_s {
     wxg_consumer_conf_t conf;
@@ -226,7 +185,8 @@ struct wxg_consumer_s {
     char **topics;
     char *group_id;
     rd_kafka_t *rk;
-    rd_kafka_queue_t *rkq; /* the consumer queue, for rd_kafka_queue_yield() */
+    rd_kafka_queue_t *rkq;         /* the consumer queue, for rd_kafka_queue_yield() */
+    wxg__pipeline_conf_t pipeline; /* shared by the workers' pipelines */
     wxg_offsets_t *offsets;
     wxg_pool_t *pool;
     wxg_guard_watchdog_t *wd;
@@ -281,12 +241,11 @@ struct wxg_consumer_s {
     atomic_size_t pending_n;
     atomic_int_fast64_t lag;
     char pad_counters[CACHE_LINE];
-    atomic_uint_fast64_t round_trips, batches, batched_jobs;
+    atomic_uint_fast64_t batches, batched_jobs;
+    wxg__pl_health_t health; /* the workers' latest Redis contact and round trips */
 
     /* Readiness. */
-    atomic_int joined;                             /* an assignment (possibly empty) arrived */
-    atomic_int_fast64_t redis_ok_ms, redis_err_ms; /* latest whole guard call success/failure */
-    atomic_int redis_err;                          /* the WXG_E* code of that failure */
+    atomic_int joined; /* an assignment (possibly empty) arrived */
     atomic_size_t stalled_n;
     int redis_down_logged;    /* check_redis() logged an outage not yet over (poll thread) */
     pthread_mutex_t ready_mu; /* stall_reason */
@@ -349,13 +308,6 @@ static int64_t latency_quantile(wxg_consumer_t *c, double q)
     return (int64_t)v;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
 {
     if (!conf)
@@ -389,7 +341,7 @@ static size_t rec_size(size_t n)
 static void rec_free(wxg_consumer_t *c, rec *r)
 {
     for (size_t i = 0; i < r->njobs; i++)
-        free(r->jobs[i].fail_reason);
+        wxg__pipeline_item_clear(&r->jobs[i].it);
     wxg_batch_free(r->batch);
     free(r->decode_reason);
     if (r->rkm)
@@ -422,7 +374,7 @@ static void rec_release(wxg_consumer_t *c, rec *r)
         return;
     cpart *p = r->part;
     int cancelled = atomic_load(&r->cancelled);
-    int64_t claimed = atomic_load(&r->claimed_us);
+    int64_t claimed = atomic_load(&r->view.claimed_us);
     pthread_mutex_lock(&p->mu);
     if (r->lprev)
         r->lprev->lnext = r->lnext;
@@ -453,475 +405,63 @@ static void rec_release(wxg_consumer_t *c, rec *r)
     } while (!atomic_compare_exchange_weak(&c->released, &head, r));
 }
 
-static void job_drop_claim(wxg_consumer_t *c, job *j)
+/* The pipeline finished a job (any worker thread): drop its reference on the record. */
+static void job_finished(void *arg, wxg__pl_item_t *it)
 {
-    if (j->watch) {
-        wxg_guard_watchdog_remove(c->wd, j->watch);
-        j->watch = NULL;
-    }
-    if (j->has_claim) {
-        wxg_guard_claim_clear(&j->claim);
-        j->has_claim = 0;
-    }
+    wxg_consumer_t *c = arg;
+    rec_release(c, ((job *)it)->r);
 }
 
-static void job_finish(wxg_consumer_t *c, job *j)
+/* The record's headers for a dead letter, borrowed from the Kafka message (pipeline_int.h). */
+static size_t rec_headers(const wxg__pl_record_t *v, wxg_kafka_header_t *out, size_t cap)
 {
-    atomic_store(&j->done, 1);
-    job_drop_claim(c, j);
-    rec_release(c, j->r);
+    rd_kafka_headers_t *hdrs = NULL;
+    rd_kafka_message_t *m = (rd_kafka_message_t *)v->headers_src;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR || !hdrs)
+        return 0;
+    size_t cnt = rd_kafka_header_cnt(hdrs);
+    if (!out)
+        return cnt;
+    size_t n = 0;
+    for (size_t i = 0; i < cnt && n < cap; i++) {
+        const char *name;
+        const void *val;
+        size_t size;
+        if (rd_kafka_header_get_all(hdrs, i, &name, &val, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            break;
+        out[n++] = (wxg_kafka_header_t){.name = name, .value = val, .value_len = size};
+    }
+    return n;
 }
 
-static void job_set_failure(job *j, int code, const char *plugin, const char *reason)
+/* The pipeline's dead-letter sink: the configured dead-letter topic. */
+static int dlq_sink(void *arg, const wxg_dlq_record_t *dr, char *errstr, size_t errstr_size)
 {
-    int64_t now = wall_ms();
-    if (!j->first_failure_ms)
-        j->first_failure_ms = now;
-    j->last_failure_ms = now;
-    j->fail_code = code;
-    j->fail_plugin = plugin;
-    free(j->fail_reason);
-    j->fail_reason = reason ? strdup(reason) : NULL;
+    wxg_consumer_t *c = arg;
+    return wxg_dlq_write(c->conf.dlq, dr, NULL, errstr, errstr_size);
 }
 
 /* ---- workers ---- */
 
-static int64_t backoff_ms(wstate *ws, uint32_t n, int64_t initial, int64_t max)
+static void set_fatal(wxg_consumer_t *c, int rc)
 {
-    if (n == 0)
-        n = 1;
-    int64_t d = initial;
-    for (uint32_t i = 1; i < n && d < max; i++)
-        d *= 2;
-    if (d > max)
-        d = max;
-    if (d < 2)
-        return d;
-    /* Half fixed, half random: retries of many messages spread out instead of marching. */
-    return d / 2 + (int64_t)(rand_r(&ws->seed) % (unsigned)(d / 2 + 1));
+    int expected = 0;
+    atomic_compare_exchange_strong(&c->fatal, &expected, rc);
 }
 
-static int64_t infra_backoff(wstate *ws, job *j)
+static void worker_run(void *opaque, void *wstate, void *const *items, size_t n, int64_t *out)
 {
-    j->errors++;
-    int64_t max = ws->c->conf.backoff_max_ms < INFRA_BACKOFF_MAX_MS ? ws->c->conf.backoff_max_ms
-                                                                    : INFRA_BACKOFF_MAX_MS;
-    return backoff_ms(ws, j->errors, 50, max);
-}
-
-static void finished(wstate *ws, job *j)
-{
-    ws->out[j->slot] = WXG_POOL_FINISHED;
-    job_finish(ws->c, j);
-}
-
-static void requeue(wstate *ws, job *j, int phase, int64_t delay_ms)
-{
-    if (phase == PH_CLAIM)
-        job_drop_claim(ws->c, j);
-    j->phase = phase;
-    ws->out[j->slot] = delay_ms < 0 ? 0 : delay_ms;
-}
-
-/* A guard call that reached Redis and got its answers: Redis is reachable. */
-static void redis_ok(wxg_consumer_t *c)
-{
-    atomic_store(&c->redis_ok_ms, mono_ms());
-}
-
-static void note_guard_error(wstate *ws, int op_index, int rc, size_t n)
-{
-    static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
-    const char *op = ops[op_index];
-    wxg_consumer_t *c = ws->c;
-    wxg_counter_inc(c->m.guard_errors[op_index]);
-    atomic_store(&c->redis_err, rc);
-    atomic_store(&c->redis_err_ms, mono_ms());
-    if (rc == WXG_EAUTH) {
-        int expected = 0;
-        atomic_compare_exchange_strong(&c->fatal, &expected, rc);
-    }
-    wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", op), WXG_LERR(rc),
-            WXG_LU("worker", ws->index), WXG_LU("batch", n));
-}
-
-static const char *prev_result(const job *j, const char *plugin)
-{
-    for (size_t i = 0; i < j->claim.n_finished; i++) {
-        if (strcmp(j->claim.finished[i].name, plugin) == 0)
-            return (const char *)j->claim.finished[i].result;
-    }
-    return NULL;
-}
-
-static int plugin_finished(const job *j, const char *plugin)
-{
-    for (size_t i = 0; i < j->claim.n_finished; i++) {
-        if (strcmp(j->claim.finished[i].name, plugin) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* Runs the chain for the claimed jobs, stage by stage, so that the done-markers of one stage
- * travel in one script call. The last plugin gets no marker: complete records it. */
-static void run_chain(wstate *ws, job **v, size_t n)
-{
-    wxg_consumer_t *c = ws->c;
-    size_t np = c->nplugins;
-    for (size_t s = 0; s < np; s++) {
-        const char *name = wxg_plugin_chain_name(c->conf.chain, s);
-        size_t nd = 0;
-        for (size_t k = 0; k < n; k++) {
-            job *j = v[k];
-            if (j->outcome != OUT_ACTIVE || plugin_finished(j, name))
-                continue;
-            int st = wxg_guard_watch_status(j->watch);
-            if (st != WXG_GUARD_WATCH_LIVE) {
-                j->outcome = OUT_LOST;
-                continue;
-            }
-            wxg_plugin_call_t call;
-            wxg_plugin_call_init(&call);
-            call.key = j->msg->key;
-            call.fence = j->claim.ticket.fence;
-            call.attempt = j->claim.attempt;
-            call.topic = j->r->part->topic;
-            call.partition = j->r->part->partition;
-            call.offset = j->r->rkm->offset;
-            call.prev_result = prev_result(j, name);
-            int64_t t0 = mono_us();
-            wxg_plugin_result_t res =
-                wxg_plugin_chain_handle(c->conf.chain, ws->pt, s, j->msg, &call);
-            wxg_histogram_observe(c->m.plugin_seconds[s], (double)(mono_us() - t0) / 1e6);
-            wxg_counter_inc(c->m.plugin_results[s * PR_N + (res == WXG_PLUGIN_OK      ? PR_OK
-                                                            : res == WXG_PLUGIN_RETRY ? PR_RETRY
-                                                                                      : PR_FAIL)]);
-            if (res == WXG_PLUGIN_OK) {
-                if (s + 1 < np) {
-                    size_t rl = 0;
-                    if (call.has_result) {
-                        rl = strlen(call.result);
-                        memcpy(ws->doneres[nd], call.result, rl + 1);
-                    }
-                    ws->dones[nd] = (wxg_guard_plugin_done_t){
-                        .ticket = &j->claim.ticket,
-                        .plugin = name,
-                        .result = call.has_result ? ws->doneres[nd] : NULL,
-                        .result_len = rl};
-                    ws->donejobs[nd++] = j;
-                }
-                continue;
-            }
-            j->outcome = res == WXG_PLUGIN_RETRY ? OUT_RETRY : OUT_FAIL;
-            job_set_failure(j, WXG_EPLUGIN, name, call.reason[0] ? call.reason : NULL);
-        }
-        if (nd == 0)
-            continue;
-        int rc = wxg_guard_plugin_done_batch(ws->g, ws->dones, nd, ws->results);
-        if (rc != 0) {
-            /* The markers only spare work after a partial failure; complete is what counts,
-             * so go on and let complete decide. */
-            note_guard_error(ws, GE_PLUGIN_DONE, rc, nd);
-            continue;
-        }
-        redis_ok(c);
-        for (size_t k = 0; k < nd; k++) {
-            if (ws->results[k] == WXG_GUARD_LEASE_LOST)
-                ws->donejobs[k]->outcome = OUT_LOST;
-        }
-    }
-}
-
-/* Returns 1 when the record is written and the job's FAILED mark is still to be set; the job
- * is finished or re-queued otherwise (and must not be touched again: it may be freed). */
-static int write_dlq(wstate *ws, job *j)
-{
-    wxg_consumer_t *c = ws->c;
-    rec *r = j->r;
-    rd_kafka_message_t *m = r->rkm;
-    if (j->has_claim && wxg_guard_watch_status(j->watch) == WXG_GUARD_WATCH_LOST) {
-        /* Another owner took the message over meanwhile: let a fresh claim decide. */
-        wxg_counter_inc(c->m.lease_lost);
-        requeue(ws, j, PH_CLAIM, 0);
-        return 0;
-    }
-    rd_kafka_headers_t *hdrs = NULL;
-    wxg_kafka_header_t *hv = NULL;
-    size_t nh = 0;
-    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR && hdrs) {
-        size_t cnt = rd_kafka_header_cnt(hdrs);
-        hv = cnt ? calloc(cnt, sizeof *hv) : NULL;
-        for (size_t i = 0; hv && i < cnt; i++) {
-            const char *name;
-            const void *val;
-            size_t size;
-            if (rd_kafka_header_get_all(hdrs, i, &name, &val, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
-                break;
-            hv[nh++] = (wxg_kafka_header_t){.name = name, .value = val, .value_len = size};
-        }
-    }
-    rd_kafka_timestamp_type_t tst;
-    int64_t ts = rd_kafka_message_timestamp(m, &tst);
-    wxg_dlq_record_t dr = {
-        .topic = r->part->topic,
-        .partition = r->part->partition,
-        .offset = m->offset,
-        .key = m->key,
-        .key_len = m->key_len,
-        .value = m->payload,
-        .value_len = m->len,
-        .headers = hv,
-        .header_count = nh,
-        .timestamp_ms = ts,
-        .error = j->fail_code ? j->fail_code : WXG_EPLUGIN,
-        .reason = j->fail_reason,
-        .attempts = j->attempts,
-        .first_failure_ms = j->first_failure_ms,
-        .last_failure_ms = j->last_failure_ms,
-        .idempotency_key = j->msg ? j->msg->key : NULL,
-        .plugin = j->fail_plugin,
-    };
-    char err[256] = "";
-    int rc = wxg_dlq_write(c->conf.dlq, &dr, NULL, err, sizeof err);
-    free(hv);
-    if (rc != 0) {
-        wxg_counter_inc(c->m.dlq_errors);
-        wxg_log(WXG_LOG_ERROR, "dlq_write_failed", WXG_LS("topic", r->part->topic),
-                WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset), WXG_LERR(rc),
-                WXG_LS("reason", err));
-        requeue(ws, j, PH_DLQ, infra_backoff(ws, j));
-        return 0;
-    }
-    j->errors = 0;
-    wxg_counter_inc(c->m.dlq_writes);
-    wxg_log(WXG_LOG_WARN, "dead_lettered", WXG_LS("topic", r->part->topic),
-            WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset),
-            WXG_LERR(dr.error), WXG_LU("attempts", j->attempts), WXG_LS("plugin", j->fail_plugin),
-            WXG_LID("key", j->msg ? j->msg->key : NULL),
-            WXG_LS("reason", j->fail_reason ? j->fail_reason : wxg_strerror(dr.error)));
-    if (j->has_claim) {
-        j->phase = PH_FAILMARK; /* picked up by the fail-mark step of this same run */
-        return 1;
-    }
-    finished(ws, j);
-    return 0;
-}
-
-static void mark_failed(wstate *ws, job **v, size_t n)
-{
-    if (n == 0)
-        return;
-    for (size_t k = 0; k < n; k++) {
-        ws->failures[k] = (wxg_guard_failure_t){
-            .ticket = &v[k]->claim.ticket, .reason = v[k]->fail_reason, .attempts = v[k]->attempts};
-    }
-    int rc = wxg_guard_fail_batch(ws->g, ws->failures, n, ws->results);
-    if (rc != 0) {
-        note_guard_error(ws, GE_FAIL, rc, n);
-        for (size_t k = 0; k < n; k++)
-            requeue(ws, v[k], PH_FAILMARK, infra_backoff(ws, v[k]));
-        return;
-    }
-    redis_ok(ws->c);
-    for (size_t k = 0; k < n; k++) {
-        if (ws->results[k] == WXG_GUARD_LEASE_LOST)
-            wxg_counter_inc(ws->c->m.lease_lost);
-        finished(ws, v[k]); /* the DLQ record is durable either way */
-    }
-}
-
-static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n, int64_t *out)
-{
-    wxg_consumer_t *c = opaque;
-    wstate *ws = wstate_;
-    ws->out = out;
-    size_t nclaim = 0, nchain = 0, ncomplete = 0, nretry = 0, ndlq = 0, nfail = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        job *j = items[i];
-        j->slot = i;
-        out[i] = WXG_POOL_FINISHED;
-        switch (j->phase) {
-        case PH_CLAIM:
-            ws->claimv[nclaim++] = j;
-            break;
-        case PH_COMPLETE:
-            ws->completev[ncomplete++] = j;
-            break;
-        case PH_DLQ:
-            ws->dlqv[ndlq++] = j;
-            break;
-        default:
-            ws->failv[nfail++] = j;
-            break;
-        }
-    }
-
-    /* 1. Claim. */
-    if (nclaim > 0) {
-        for (size_t k = 0; k < nclaim; k++) {
-            job *j = ws->claimv[k];
-            ws->msgs[k] = (wxg_guard_msg_t){.key = j->msg->key,
-                                            .key_len = strlen(j->msg->key),
-                                            .payload_hash = j->msg->payload_hash};
-        }
-        memset(ws->claims, 0, nclaim * sizeof *ws->claims);
-        int64_t t0 = mono_us();
-        int rc = wxg_guard_claim_batch(ws->g, ws->msgs, nclaim, ws->claims);
-        int64_t t1 = mono_us();
-        wxg_histogram_observe(c->m.claim_seconds, (double)(t1 - t0) / 1e6);
-        if (rc != 0) {
-            note_guard_error(ws, GE_CLAIM, rc, nclaim);
-            for (size_t k = 0; k < nclaim; k++)
-                requeue(ws, ws->claimv[k], PH_CLAIM, infra_backoff(ws, ws->claimv[k]));
-            nclaim = 0;
-        } else {
-            redis_ok(c);
-        }
-        for (size_t k = 0; k < nclaim; k++) {
-            job *j = ws->claimv[k];
-            wxg_guard_claim_t *cl = &ws->claims[k];
-            int_fast64_t unset = 0;
-            j->errors = 0;
-            /* The record's claim-to-commit clock starts at its first claim answer. */
-            atomic_compare_exchange_strong(&j->r->claimed_us, &unset, t0);
-            switch (cl->outcome) {
-            case WXG_GUARD_DUPLICATE:
-                wxg_counter_inc(c->m.claims[CL_DUPLICATE]);
-                if (cl->cached)
-                    wxg_counter_inc(c->m.cache_hits);
-                if (cl->payload_mismatch)
-                    wxg_counter_inc(c->m.mismatches);
-                wxg_guard_claim_clear(cl);
-                finished(ws, j);
-                break;
-            case WXG_GUARD_BUSY: {
-                wxg_counter_inc(c->m.claims[CL_BUSY]);
-                int64_t d = cl->lease_ms_left > 0 ? cl->lease_ms_left : 0;
-                wxg_guard_claim_clear(cl);
-                requeue(ws, j, PH_CLAIM, d + 5 + rand_r(&ws->seed) % 50);
-                break;
-            }
-            case WXG_GUARD_CLAIMED:
-                wxg_counter_inc(c->m.claims[CL_CLAIMED]);
-                j->claim = *cl; /* takes over what the result owns */
-                memset(cl, 0, sizeof *cl);
-                j->claim.ticket.key = j->msg->key;
-                j->has_claim = 1;
-                j->attempts = j->claim.attempt;
-                j->outcome = OUT_ACTIVE;
-                j->watch = wxg_guard_watchdog_add(c->wd, &j->claim.ticket);
-                if (!j->watch) {
-                    requeue(ws, j, PH_CLAIM, infra_backoff(ws, j));
-                    break;
-                }
-                ws->chainv[nchain++] = j;
-                break;
-            default:
-                wxg_guard_claim_clear(cl);
-                requeue(ws, j, PH_CLAIM, infra_backoff(ws, j));
-                break;
-            }
-        }
-    }
-
-    /* 2. Plugins. */
-    if (nchain > 0) {
-        run_chain(ws, ws->chainv, nchain);
-        for (size_t k = 0; k < nchain; k++) {
-            job *j = ws->chainv[k];
-            switch (j->outcome) {
-            case OUT_ACTIVE:
-                ws->completev[ncomplete++] = j;
-                break;
-            case OUT_LOST:
-                wxg_counter_inc(c->m.lease_lost);
-                requeue(ws, j, PH_CLAIM, 0);
-                break;
-            case OUT_RETRY:
-                if (j->attempts < c->conf.retry_max) {
-                    ws->retryv[nretry++] = j;
-                    break;
-                }
-                ws->dlqv[ndlq++] = j;
-                break;
-            default:
-                ws->dlqv[ndlq++] = j;
-                break;
-            }
-        }
-    }
-
-    /* 3. Complete. */
-    if (ncomplete > 0) {
-        for (size_t k = 0; k < ncomplete; k++)
-            ws->tickets[k] = ws->completev[k]->claim.ticket;
-        int rc = wxg_guard_complete_batch(ws->g, ws->tickets, ncomplete, ws->results);
-        if (rc != 0) {
-            note_guard_error(ws, GE_COMPLETE, rc, ncomplete);
-            for (size_t k = 0; k < ncomplete; k++)
-                requeue(ws, ws->completev[k], PH_COMPLETE, infra_backoff(ws, ws->completev[k]));
-        } else {
-            redis_ok(c);
-            for (size_t k = 0; k < ncomplete; k++) {
-                job *j = ws->completev[k];
-                if (ws->results[k] == WXG_GUARD_LEASE_LOST) {
-                    wxg_counter_inc(c->m.lease_lost);
-                    requeue(ws, j, PH_CLAIM, 0);
-                    continue;
-                }
-                j->errors = 0;
-                wxg_counter_inc(c->m.processed);
-                finished(ws, j);
-            }
-        }
-    }
-
-    /* 4. Retries: drop the lease (FAILED keeps the fence and the finished plugins) and come
-     * back after the backoff. */
-    if (nretry > 0) {
-        for (size_t k = 0; k < nretry; k++) {
-            job *j = ws->retryv[k];
-            ws->failures[k] = (wxg_guard_failure_t){
-                .ticket = &j->claim.ticket, .reason = j->fail_reason, .attempts = j->attempts};
-        }
-        int rc = wxg_guard_fail_batch(ws->g, ws->failures, nretry, ws->results);
-        if (rc != 0)
-            note_guard_error(ws, GE_FAIL, rc, nretry); /* the lease runs out by itself */
-        else
-            redis_ok(c);
-        for (size_t k = 0; k < nretry; k++) {
-            job *j = ws->retryv[k];
-            wxg_counter_inc(c->m.retries);
-            requeue(
-                ws, j, PH_CLAIM,
-                backoff_ms(ws, j->attempts, c->conf.backoff_initial_ms, c->conf.backoff_max_ms));
-        }
-    }
-
-    /* 5. Dead letters, then the FAILED marks of what was written. */
-    for (size_t k = 0; k < ndlq; k++) {
-        job *j = ws->dlqv[k];
-        j->phase = PH_DLQ;
-        if (write_dlq(ws, j))
-            ws->failv[nfail++] = j;
-    }
-    mark_failed(ws, ws->failv, nfail);
-
-    wxg_guard_stats_t gs;
-    wxg_guard_get_stats(ws->g, &gs);
-    atomic_fetch_add(&c->round_trips, gs.round_trips - ws->round_trips_seen);
-    ws->round_trips_seen = gs.round_trips;
+    int rc = wxg__pipeline_run(wstate, items, n, out);
+    if (rc != 0)
+        set_fatal(opaque, rc);
 }
 
 static void worker_cancelled(void *opaque, void *item)
 {
     wxg_consumer_t *c = opaque;
     job *j = item;
-    atomic_store(&j->done, 1);
+    wxg__pipeline_item_drop(&c->pipeline, &j->it);
     atomic_store(&j->r->cancelled, 1);
-    job_drop_claim(c, j);
     rec_release(c, j->r);
 }
 
@@ -960,79 +500,31 @@ static void wait_for_room(wxg_consumer_t *c, int64_t ms)
     pthread_mutex_unlock(&c->room_mu);
 }
 
-static void wstate_free(wstate *ws)
-{
-    if (!ws)
-        return;
-    wxg_plugin_thread_destroy(ws->pt);
-    wxg_guard_destroy(ws->g);
-    free(ws->claimv);
-    free(ws->chainv);
-    free(ws->completev);
-    free(ws->retryv);
-    free(ws->dlqv);
-    free(ws->failv);
-    free(ws->msgs);
-    free(ws->claims);
-    free(ws->tickets);
-    free(ws->results);
-    free(ws->dones);
-    free(ws->donejobs);
-    free(ws->doneres);
-    free(ws->failures);
-    free(ws);
-}
-
+/* A worker's pipeline, with its own guard connection and plugin thread state. */
 static int worker_init(void *opaque, unsigned worker, void **out, char *errstr, size_t errstr_size)
 {
     wxg_consumer_t *c = opaque;
-    size_t b = c->conf.batch_max;
-    int rc = WXG_ENOMEM;
-    wstate *ws = calloc(1, sizeof *ws);
-    if (!ws)
-        goto fail;
-    ws->c = c;
-    ws->index = worker;
-    ws->seed = (unsigned)time(NULL) ^ (worker * 2654435761u);
-    ws->claimv = calloc(b, sizeof *ws->claimv);
-    ws->chainv = calloc(b, sizeof *ws->chainv);
-    ws->completev = calloc(b, sizeof *ws->completev);
-    ws->retryv = calloc(b, sizeof *ws->retryv);
-    ws->dlqv = calloc(b, sizeof *ws->dlqv);
-    ws->failv = calloc(b, sizeof *ws->failv);
-    ws->msgs = calloc(b, sizeof *ws->msgs);
-    ws->claims = calloc(b, sizeof *ws->claims);
-    ws->tickets = calloc(b, sizeof *ws->tickets);
-    ws->results = calloc(b, sizeof *ws->results);
-    ws->dones = calloc(b, sizeof *ws->dones);
-    ws->donejobs = calloc(b, sizeof *ws->donejobs);
-    ws->doneres = calloc(b, sizeof *ws->doneres);
-    ws->failures = calloc(b, sizeof *ws->failures);
-    if (!ws->claimv || !ws->chainv || !ws->completev || !ws->retryv || !ws->dlqv || !ws->failv ||
-        !ws->msgs || !ws->claims || !ws->tickets || !ws->results || !ws->dones || !ws->donejobs ||
-        !ws->doneres || !ws->failures) {
-        snprintf(errstr, errstr_size, "out of memory");
-        goto fail;
-    }
     int gerr = 0;
-    ws->g = wxg_guard_new(&c->guard_conf, &gerr, errstr, errstr_size);
-    if (!ws->g) {
-        rc = gerr ? gerr : WXG_ECONN;
-        goto fail;
+    wxg_guard_t *g = wxg_guard_new(&c->guard_conf, &gerr, errstr, errstr_size);
+    if (!g)
+        return gerr ? gerr : WXG_ECONN;
+    wxg_plugin_thread_t *pt = NULL;
+    int rc = wxg_plugin_thread_new(c->conf.chain, &pt, errstr, errstr_size);
+    if (rc != 0) {
+        wxg_guard_destroy(g);
+        return rc;
     }
-    rc = wxg_plugin_thread_new(c->conf.chain, &ws->pt, errstr, errstr_size);
-    if (rc != 0)
-        goto fail;
-    *out = ws;
+    wxg__pl_worker_t *w =
+        wxg__pipeline_worker_new(&c->pipeline, worker, g, pt, errstr, errstr_size);
+    if (!w)
+        return WXG_ENOMEM;
+    *out = w;
     return 0;
-fail:
-    wstate_free(ws);
-    return rc;
 }
 
-static void worker_fini(void *opaque, unsigned worker, void *wstate_)
+static void worker_fini(void *opaque, unsigned worker, void *wstate)
 {
-    wstate_free(wstate_);
+    wxg__pipeline_worker_destroy(wstate);
 }
 
 /* ---- partitions (poll thread) ---- */
@@ -1547,8 +1039,8 @@ static void flush_pending(wxg_consumer_t *c)
         /* Once submitted, a worker may finish the job and free its record at any moment:
          * read what we need from it first. */
         job *next = j->pnext;
-        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, j)
-                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
+        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, &j->it)
+                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, &j->it);
         if (rc == WXG_EBUSY)
             break;
         c->pending_head = next;
@@ -1561,6 +1053,23 @@ static void flush_pending(wxg_consumer_t *c)
         }
     }
     atomic_store(&c->pending_n, c->npending);
+}
+
+/* Fills what the pipeline sees of the record's Kafka message (pipeline_int.h). */
+static void rec_view(rec *r, const cpart *p)
+{
+    rd_kafka_message_t *m = r->rkm;
+    rd_kafka_timestamp_type_t tst;
+    r->view = (wxg__pl_record_t){.topic = p->topic,
+                                 .partition = p->partition,
+                                 .offset = m->offset,
+                                 .timestamp_ms = rd_kafka_message_timestamp(m, &tst),
+                                 .key = m->key,
+                                 .key_len = m->key_len,
+                                 .value = m->payload,
+                                 .value_len = m->len,
+                                 .headers = rec_headers,
+                                 .headers_src = m};
 }
 
 static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
@@ -1601,6 +1110,7 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         return;
     }
     r->rkm = m;
+    rec_view(r, p);
     r->dispatched_us = mono_us();
     r->batch = batch;
     r->part = p;
@@ -1621,10 +1131,8 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         r->decode_reason = strdup(err);
         job *j = &r->jobs[0];
         j->r = r;
-        j->phase = PH_DLQ;
         j->conv = wxg_pool_hash(topic, strlen(topic)) ^ (uint64_t)m->partition;
-        job_set_failure(j, derr, NULL, err);
-        j->attempts = 1;
+        wxg__pipeline_item_park(&j->it, &r->view, derr, err);
         wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", topic),
                 WXG_LI("partition", m->partition), WXG_LI("offset", m->offset), WXG_LERR(derr),
                 WXG_LS("reason", err));
@@ -1633,9 +1141,8 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         for (size_t i = 0; i < nmsg; i++) {
             job *j = &r->jobs[i];
             j->r = r;
-            j->msg = wxg_batch_msg(batch, i);
-            j->phase = PH_CLAIM;
-            j->conv = conv_hash(j->msg);
+            wxg__pipeline_item_init(&j->it, &r->view, wxg_batch_msg(batch, i));
+            j->conv = conv_hash(j->it.msg);
         }
     }
     for (size_t i = 0; i < nmsg; i++) {
@@ -1767,8 +1274,8 @@ static void refresh_gauges(wxg_consumer_t *c)
  * only lets an idle replica with the probe off become ready again after a blip. Any thread. */
 static int redis_down(wxg_consumer_t *c, int *probe)
 {
-    int64_t ok = atomic_load(&c->redis_ok_ms), bad = atomic_load(&c->redis_err_ms);
-    int code = atomic_load(&c->redis_err);
+    int64_t ok = atomic_load(&c->health.ok_ms), bad = atomic_load(&c->health.err_ms);
+    int code = atomic_load(&c->health.err);
     int64_t wok = 0, wbad = 0;
     int wcode = wxg_guard_watchdog_health(c->wd, &wok, &wbad);
     *probe = 0;
@@ -1820,9 +1327,9 @@ static void check_stalls(wxg_consumer_t *c)
                 age_ms = (now_us - h->dispatched_us) / 1000;
                 offset = h->rkm->offset;
                 for (size_t k = 0; k < h->njobs; k++) {
-                    const job *j = &h->jobs[k];
-                    if (j->msg && !atomic_load(&j->done)) {
-                        snprintf(key, sizeof key, "%s", j->msg->key);
+                    const wxg__pl_item_t *it = &h->jobs[k].it;
+                    if (it->msg && !atomic_load(&it->done)) {
+                        snprintf(key, sizeof key, "%s", it->msg->key);
                         break;
                     }
                 }
@@ -1926,42 +1433,42 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
             goto fail;
     }
     m->reg = r;
-    static const char *const outcomes[CL_N] = {"claimed", "duplicate", "busy"};
-    static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
-    static const char *const results[PR_N] = {"ok", "retry", "fail"};
+    static const char *const outcomes[WXG__PL_CLAIM_N] = {"claimed", "duplicate", "busy"};
+    static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
+    static const char *const results[WXG__PL_RESULT_N] = {"ok", "retry", "fail"};
     m->records =
         wxg_metrics_counter(r, "wxg_consumer_records_total", "Records polled from Kafka.", NULL);
     m->decode_errors =
         wxg_metrics_counter(r, "wxg_decode_errors_total",
                             "Records that did not decode (parked in the dead-letter topic).", NULL);
-    for (int i = 0; i < CL_N; i++) {
-        m->claims[i] = wxg_metrics_counter(r, "wxg_guard_claims_total",
-                                           "Claim results per message, by outcome.", "outcome",
-                                           outcomes[i], NULL);
-        if (!m->claims[i])
+    for (int i = 0; i < WXG__PL_CLAIM_N; i++) {
+        m->pl.claims[i] = wxg_metrics_counter(r, "wxg_guard_claims_total",
+                                              "Claim results per message, by outcome.", "outcome",
+                                              outcomes[i], NULL);
+        if (!m->pl.claims[i])
             goto fail;
     }
-    m->mismatches =
+    m->pl.mismatches =
         wxg_metrics_counter(r, "wxg_guard_payload_mismatches_total",
                             "Duplicates whose payload differs from the one that finished.", NULL);
-    for (int i = 0; i < GE_N; i++) {
-        m->guard_errors[i] = wxg_metrics_counter(
+    for (int i = 0; i < WXG__PL_OP_N; i++) {
+        m->pl.guard_errors[i] = wxg_metrics_counter(
             r, "wxg_guard_errors_total",
             "Guard calls that failed as a whole (Redis unreachable, timeout), by operation.", "op",
             ops[i], NULL);
-        if (!m->guard_errors[i])
+        if (!m->pl.guard_errors[i])
             goto fail;
     }
-    m->processed =
+    m->pl.processed =
         wxg_metrics_counter(r, "wxg_messages_processed_total",
                             "Messages completed (DONE written) after their plugins.", NULL);
-    m->retries = wxg_metrics_counter(r, "wxg_retries_total",
-                                     "Plugin RETRY results that were retried.", NULL);
-    m->dlq_writes = wxg_metrics_counter(r, "wxg_dlq_writes_total",
-                                        "Records written to the dead-letter topic.", NULL);
-    m->dlq_errors = wxg_metrics_counter(r, "wxg_dlq_write_errors_total",
-                                        "Dead-letter writes that failed (retried later).", NULL);
-    m->lease_lost = wxg_metrics_counter(
+    m->pl.retries = wxg_metrics_counter(r, "wxg_retries_total",
+                                        "Plugin RETRY results that were retried.", NULL);
+    m->pl.dlq_writes = wxg_metrics_counter(r, "wxg_dlq_writes_total",
+                                           "Records written to the dead-letter topic.", NULL);
+    m->pl.dlq_errors = wxg_metrics_counter(r, "wxg_dlq_write_errors_total",
+                                           "Dead-letter writes that failed (retried later).", NULL);
+    m->pl.lease_lost = wxg_metrics_counter(
         r, "wxg_lease_lost_total",
         "Transitions refused because another owner took the message over.", NULL);
     m->commits = wxg_metrics_counter(r, "wxg_commits_total", "Successful offset commits.", NULL);
@@ -1989,13 +1496,13 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                     "0 while the latest Redis contact (a guard call, or the "
                                     "watchdog's lease renewal or probe) failed, 1 otherwise.",
                                     NULL);
-    m->claim_seconds =
+    m->pl.claim_seconds =
         wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
                               "One claim script call (a batch of messages).", NULL, 0, NULL);
     m->c2c_seconds = wxg_metrics_histogram(
         r, "wxg_claim_to_commit_seconds",
         "From a record's first claim to the commit of its offset.", NULL, 0, NULL);
-    m->cache_hits = wxg_metrics_counter(
+    m->pl.cache_hits = wxg_metrics_counter(
         r, "wxg_guard_done_cache_hits_total",
         "Duplicates answered by the near cache of DONE messages, without a Redis call.", NULL);
     m->cache_entries = wxg_metrics_gauge(
@@ -2004,31 +1511,31 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     m->cache_evictions = wxg_metrics_counter(
         r, "wxg_guard_done_cache_evictions_total",
         "Near-cache entries displaced by newer ones before their expiry.", NULL);
-    if (!m->records || !m->decode_errors || !m->mismatches || !m->processed || !m->retries ||
-        !m->dlq_writes || !m->dlq_errors || !m->lease_lost || !m->commits || !m->commit_failures ||
-        !m->assigns || !m->revokes || !m->revoke_timeouts || !m->inflight || !m->queue ||
-        !m->assigned || !m->paused || !m->oldest || !m->stalled || !m->claim_seconds ||
-        !m->c2c_seconds || !m->cache_hits || !m->cache_entries || !m->cache_evictions ||
-        !m->redis_up)
+    if (!m->records || !m->decode_errors || !m->pl.mismatches || !m->pl.processed ||
+        !m->pl.retries || !m->pl.dlq_writes || !m->pl.dlq_errors || !m->pl.lease_lost ||
+        !m->commits || !m->commit_failures || !m->assigns || !m->revokes || !m->revoke_timeouts ||
+        !m->inflight || !m->queue || !m->assigned || !m->paused || !m->oldest || !m->stalled ||
+        !m->pl.claim_seconds || !m->c2c_seconds || !m->pl.cache_hits || !m->cache_entries ||
+        !m->cache_evictions || !m->redis_up)
         goto fail;
     size_t np = c->nplugins;
-    m->plugin_results = calloc(np * PR_N + 1, sizeof *m->plugin_results);
-    m->plugin_seconds = calloc(np + 1, sizeof *m->plugin_seconds);
-    if (!m->plugin_results || !m->plugin_seconds)
+    m->pl.plugin_results = calloc(np * WXG__PL_RESULT_N + 1, sizeof *m->pl.plugin_results);
+    m->pl.plugin_seconds = calloc(np + 1, sizeof *m->pl.plugin_seconds);
+    if (!m->pl.plugin_results || !m->pl.plugin_seconds)
         goto fail;
     for (size_t s = 0; s < np; s++) {
         const char *name = wxg_plugin_chain_name(c->conf.chain, s);
-        for (int k = 0; k < PR_N; k++) {
-            m->plugin_results[s * PR_N + (size_t)k] = wxg_metrics_counter(
+        for (int k = 0; k < WXG__PL_RESULT_N; k++) {
+            m->pl.plugin_results[s * WXG__PL_RESULT_N + (size_t)k] = wxg_metrics_counter(
                 r, "wxg_plugin_results_total", "Plugin outcomes, by plugin and result.", "plugin",
                 name, "result", results[k], NULL);
-            if (!m->plugin_results[s * PR_N + (size_t)k])
+            if (!m->pl.plugin_results[s * WXG__PL_RESULT_N + (size_t)k])
                 goto fail;
         }
-        m->plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
-                                                     "One plugin's handling of one message.", NULL,
-                                                     0, "plugin", name, NULL);
-        if (!m->plugin_seconds[s])
+        m->pl.plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
+                                                        "One plugin's handling of one message.",
+                                                        NULL, 0, "plugin", name, NULL);
+        if (!m->pl.plugin_seconds[s])
             goto fail;
     }
     /* Series that should show 0 from the start rather than appear later. */
@@ -2108,7 +1615,7 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         goto fail;
     }
     c->room_ready = 1;
-    atomic_store(&c->redis_ok_ms, mono_ms());
+    atomic_store(&c->health.ok_ms, mono_ms());
     if (metrics_init(c, errstr, errstr_size) != 0)
         goto fail;
     c->topics = calloc(conf->ntopics, sizeof *c->topics);
@@ -2158,6 +1665,18 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     if (!c->wd)
         goto fail;
     wxg_guard_watchdog_probe(c->wd, c->conf.redis_probe_ms);
+    c->pipeline = (wxg__pipeline_conf_t){.chain = conf->chain,
+                                         .wd = c->wd,
+                                         .batch_max = conf->batch_max,
+                                         .retry_max = conf->retry_max,
+                                         .backoff_initial_ms = conf->backoff_initial_ms,
+                                         .backoff_max_ms = conf->backoff_max_ms,
+                                         .metrics = &c->m.pl,
+                                         .health = &c->health,
+                                         .dead_letter = dlq_sink,
+                                         .dead_letter_arg = c,
+                                         .finished = job_finished,
+                                         .finished_arg = c};
 
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, errstr_size);
     if (!c->rk)
@@ -2393,17 +1912,17 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->received = wxg_counter_value(m->records);
     out->messages = atomic_load(&c->messages);
     out->decode_errors = wxg_counter_value(m->decode_errors);
-    out->claimed = wxg_counter_value(m->claims[CL_CLAIMED]);
-    out->duplicates = wxg_counter_value(m->claims[CL_DUPLICATE]);
-    out->busy = wxg_counter_value(m->claims[CL_BUSY]);
-    out->payload_mismatches = wxg_counter_value(m->mismatches);
-    out->processed = wxg_counter_value(m->processed);
-    out->retried = wxg_counter_value(m->retries);
-    out->dead_lettered = wxg_counter_value(m->dlq_writes);
-    out->dlq_errors = wxg_counter_value(m->dlq_errors);
-    out->lease_lost = wxg_counter_value(m->lease_lost);
-    for (int i = 0; i < GE_N; i++)
-        out->guard_errors += wxg_counter_value(m->guard_errors[i]);
+    out->claimed = wxg_counter_value(m->pl.claims[WXG__PL_CLAIMED]);
+    out->duplicates = wxg_counter_value(m->pl.claims[WXG__PL_DUPLICATE]);
+    out->busy = wxg_counter_value(m->pl.claims[WXG__PL_BUSY]);
+    out->payload_mismatches = wxg_counter_value(m->pl.mismatches);
+    out->processed = wxg_counter_value(m->pl.processed);
+    out->retried = wxg_counter_value(m->pl.retries);
+    out->dead_lettered = wxg_counter_value(m->pl.dlq_writes);
+    out->dlq_errors = wxg_counter_value(m->pl.dlq_errors);
+    out->lease_lost = wxg_counter_value(m->pl.lease_lost);
+    for (int i = 0; i < WXG__PL_OP_N; i++)
+        out->guard_errors += wxg_counter_value(m->pl.guard_errors[i]);
     out->offsets_stored = atomic_load(&c->offsets_stored);
     out->store_state = atomic_load(&c->store_state);
     out->commits = wxg_counter_value(m->commits);
@@ -2420,12 +1939,12 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->oldest_age_ms = (int64_t)(wxg_gauge_value(m->oldest) * 1000.0);
     out->stalled = atomic_load(&c->stalled_n);
     out->lag = atomic_load(&c->lag);
-    out->redis_round_trips = atomic_load(&c->round_trips);
+    out->redis_round_trips = atomic_load(&c->health.round_trips);
     out->batches = atomic_load(&c->batches);
     out->batched_jobs = atomic_load(&c->batched_jobs);
     out->latency_p50_us = latency_quantile(c, 0.50);
     out->latency_p99_us = latency_quantile(c, 0.99);
-    out->done_cache_hits = wxg_counter_value(m->cache_hits);
+    out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
 }
 
 void wxg_consumer_destroy(wxg_consumer_t *c)
@@ -2459,8 +1978,8 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
         free(c->parts[i]->topic);
         free(c->parts[i]);
     }
-    free(c->m.plugin_results);
-    free(c->m.plugin_seconds);
+    free(c->m.pl.plugin_results);
+    free(c->m.pl.plugin_seconds);
     wxg_metrics_free(c->m.own);
     if (c->ready_mu_init)
         pthread_mutex_destroy(&c->ready_mu);
