@@ -65,8 +65,12 @@
  * submits the last message it has with wxg_pool_submit_last whenever nothing more is fetched, so at
  * light load a partial batch leaves at once and batching adds no latency; under load batches fill.
  *
- * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
- * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
+ * Failure modes, decided by the error's class (wxg_err_class, stop_if_fatal): Redis
+ * unreachable -> whole-batch re-queue with capped backoff (nothing finishes, so nothing commits
+ * past it); a fatal class (WXG_EAUTH, WXG_ECONFIG for a layout stamp that changed, from a
+ * worker or from the watchdog; WXG_ENOMEM; librdkafka's fatal error as WXG_ESTATE) -> orderly
+ * shutdown, whose drain stops once only delayed work is left, and wxg_consumer_run returns
+ * the code (wxguard-consumer exits 1); DLQ unwritable
  * -> the message waits and retries, holding its partition's watermark; stores for partitions no
  * longer ours (_STATE) and late completions are counted, not errors; a synchronous commit (at
  * a revoke, and the final one) that gets no answer within commit_timeout_ms is abandoned, and a
@@ -87,6 +91,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "err_int.h"
 #include "pipeline_int.h"
 #include "recycle_int.h"
 #include "wxguard/donecache.h"
@@ -443,17 +448,21 @@ static int dlq_sink(void *arg, const wxg_dlq_record_t *dr, char *errstr, size_t 
 
 /* ---- workers ---- */
 
-static void set_fatal(wxg_consumer_t *c, int rc)
+/* Decides by the error's class (include/wxguard/err.h) whether the consumer can go on: a fatal
+ * one stops it (the first such code is what wxg_consumer_run returns). Returns 1 when it was
+ * fatal. Any thread. */
+static int stop_if_fatal(wxg_consumer_t *c, int rc)
 {
+    if (wxg_err_class(rc) != WXG_CLASS_FATAL)
+        return 0;
     int expected = 0;
     atomic_compare_exchange_strong(&c->fatal, &expected, rc);
+    return 1;
 }
 
 static void worker_run(void *opaque, void *wstate, void *const *items, size_t n, int64_t *out)
 {
-    int rc = wxg__pipeline_run(wstate, items, n, out);
-    if (rc != 0)
-        set_fatal(opaque, rc);
+    stop_if_fatal(opaque, wxg__pipeline_run(wstate, items, n, out));
 }
 
 static void worker_cancelled(void *opaque, void *item)
@@ -851,7 +860,7 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         uint64_t epoch = 0;
         if (!p || wxg_offsets_assign(c->offsets, tp->topic, tp->partition, &epoch) != 0) {
             wxg_log(WXG_LOG_ERROR, "assign_failed", WXG_LERR(WXG_ENOMEM));
-            atomic_store(&c->fatal, WXG_ENOMEM);
+            stop_if_fatal(c, WXG_ENOMEM);
             continue;
         }
         p->assigned = 1;
@@ -1104,7 +1113,7 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         r = calloc(1, rec_size(nmsg));
     if (!r) {
         /* Leave the offset unfinished: the watermark stops here and nothing is lost. */
-        atomic_store(&c->fatal, WXG_ENOMEM);
+        stop_if_fatal(c, WXG_ENOMEM);
         wxg_batch_free(batch);
         rd_kafka_message_destroy(m);
         return;
@@ -1168,7 +1177,7 @@ static void handle_message(wxg_consumer_t *c, rd_kafka_message_t *m)
             char fe[256];
             if (m->err == RD_KAFKA_RESP_ERR__FATAL &&
                 rd_kafka_fatal_error(c->rk, fe, sizeof fe) != RD_KAFKA_RESP_ERR_NO_ERROR)
-                atomic_store(&c->fatal, WXG_EKAFKA);
+                stop_if_fatal(c, WXG_ESTATE); /* as lib/dlq.c maps librdkafka's fatal */
         }
         rd_kafka_message_destroy(m);
         return;
@@ -1292,10 +1301,16 @@ static int redis_down(wxg_consumer_t *c, int *probe)
 }
 
 /* Keeps wxg_redis_reachable current and logs each change, so that an outage seen only by the
- * probe of an idle replica leaves a trace too (poll thread). */
+ * probe of an idle replica leaves a trace too (poll thread). A fatal error seen by the watchdog
+ * (its reconnect found the layout stamp changed, or its credentials refused) stops the consumer
+ * as a worker's would: an idle replica would otherwise stay up, unable to process anything. */
 static void check_redis(wxg_consumer_t *c)
 {
     int probe = 0, down = redis_down(c, &probe);
+    if (down && probe && stop_if_fatal(c, down))
+        wxg_log(WXG_LOG_ERROR, "pipeline_fatal", WXG_LS("op", "watchdog"), WXG_LERR(down),
+                WXG_LS("class", wxg_err_class_name(WXG_CLASS_FATAL)),
+                WXG_LS("reason", wxg_strerror(down)));
     if (down && !c->redis_down_logged)
         wxg_log(WXG_LOG_WARN, "redis_unreachable", WXG_LS("error", wxg_strerror(down)),
                 WXG_LS("seen_by", probe ? "watchdog" : "worker"));
@@ -1543,9 +1558,9 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     wxg_gauge_set(m->redis_up, 1); /* the workers' and the watchdog's guards just connected */
     return 0;
 fail:
-    snprintf(errstr, errstr_size,
-             "consumer: cannot register its metrics (out of memory, or a name already "
-             "registered with other labels)");
+    wxg__errf(errstr, errstr_size,
+              "consumer: cannot register its metrics (out of memory, or a name already "
+              "registered with other labels)");
     return WXG_ENOMEM;
 }
 
@@ -1561,12 +1576,12 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     if (!conf || !kconf || !conf->topics || conf->ntopics == 0 || !conf->guard || !conf->chain ||
         !conf->dlq || conf->workers == 0 || conf->queue_capacity == 0 || conf->batch_max == 0 ||
         conf->retry_max == 0) {
-        snprintf(errstr, errstr_size, "consumer: incomplete configuration");
+        wxg__errf(errstr, errstr_size, "consumer: incomplete configuration");
         goto fail;
     }
     c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(errstr, errstr_size, "consumer: out of memory");
+        wxg__errf(errstr, errstr_size, "consumer: out of memory");
         goto fail;
     }
     c->conf = *conf;
@@ -1584,20 +1599,20 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     }
     c->decode_cache = wxg_decode_cache_new(DECODE_CACHE_BYTES);
     if (!c->decode_cache) {
-        snprintf(errstr, errstr_size, "consumer: out of memory");
+        wxg__errf(errstr, errstr_size, "consumer: out of memory");
         goto fail;
     }
     c->spare_recs.max = SPARE_REC_BYTES / rec_size(1);
     c->nplugins = wxg_plugin_chain_count(conf->chain);
     c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
     if (pthread_mutex_init(&c->ready_mu, NULL) != 0) {
-        snprintf(errstr, errstr_size, "consumer: cannot create a mutex");
+        wxg__errf(errstr, errstr_size, "consumer: cannot create a mutex");
         goto fail;
     }
     c->ready_mu_init = 1;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0) {
-        snprintf(errstr, errstr_size, "consumer: cannot create a condition variable");
+        wxg__errf(errstr, errstr_size, "consumer: cannot create a condition variable");
         goto fail;
     }
     /* wait_for_room() measures its timeout on the monotonic clock. */
@@ -1606,12 +1621,12 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         crc = pthread_cond_init(&c->room_cv, &ca);
     pthread_condattr_destroy(&ca);
     if (crc != 0) {
-        snprintf(errstr, errstr_size, "consumer: cannot create a condition variable");
+        wxg__errf(errstr, errstr_size, "consumer: cannot create a condition variable");
         goto fail;
     }
     if (pthread_mutex_init(&c->room_mu, NULL) != 0) {
         pthread_cond_destroy(&c->room_cv);
-        snprintf(errstr, errstr_size, "consumer: cannot create a mutex");
+        wxg__errf(errstr, errstr_size, "consumer: cannot create a mutex");
         goto fail;
     }
     c->room_ready = 1;
@@ -1621,13 +1636,13 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     c->topics = calloc(conf->ntopics, sizeof *c->topics);
     c->group_id = strdup(conf->group_id ? conf->group_id : "");
     if (!c->topics || !c->group_id) {
-        snprintf(errstr, errstr_size, "consumer: out of memory");
+        wxg__errf(errstr, errstr_size, "consumer: out of memory");
         goto fail;
     }
     for (size_t i = 0; i < conf->ntopics; i++) {
         c->topics[i] = strdup(conf->topics[i]);
         if (!c->topics[i]) {
-            snprintf(errstr, errstr_size, "consumer: out of memory");
+            wxg__errf(errstr, errstr_size, "consumer: out of memory");
             goto fail;
         }
     }
@@ -1793,6 +1808,13 @@ static void shutdown_consumer(wxg_consumer_t *c)
             wxg_log(WXG_LOG_WARN, "drain_timeout", WXG_LU("left", ps.jobs + c->npending));
             break;
         }
+        /* After a fatal error, work that waits out a backoff can only fail again: stop waiting
+         * once nothing runs and every conversation left waits for its delay. */
+        int fatal = atomic_load(&c->fatal);
+        if (fatal && ps.running == 0 && ps.delayed == ps.lanes && !c->pending_head) {
+            wxg_log(WXG_LOG_WARN, "drain_stopped", WXG_LU("left", ps.jobs), WXG_LERR(fatal));
+            break;
+        }
         /* Keep serving the group (and any rebalance) while draining. */
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 20);
         if (m)
@@ -1898,7 +1920,8 @@ int wxg_consumer_run(wxg_consumer_t *c)
     }
     int fatal = atomic_load(&c->fatal);
     if (fatal)
-        wxg_log(WXG_LOG_ERROR, "fatal", WXG_LERR(fatal));
+        wxg_log(WXG_LOG_ERROR, "fatal", WXG_LERR(fatal), WXG_LS("reason", wxg_strerror(fatal)),
+                WXG_LS("action", "stopping"));
     shutdown_consumer(c);
     return fatal;
 }

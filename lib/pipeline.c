@@ -29,10 +29,14 @@
  * the health fields are atomics written by every worker. No lock is taken here; the finished
  * callback and the sink may take the caller's.
  *
- * Failure modes: a guard call that fails as a whole re-queues its items with a capped,
- * jittered backoff and nothing finishes, so nothing is committed past them; WXG_EAUTH is
- * reported to the caller, which stops. A dead letter that cannot be written re-queues the item
- * at the dead-letter stage, holding its partition's watermark. Lease lost anywhere (renewal,
+ * Failure modes, decided by the error's class (wxg_err_class, include/wxguard/err.h): a guard
+ * call that fails as a whole re-queues its items with a capped, jittered backoff and nothing
+ * finishes, so nothing is committed past them; when the class is fatal (WXG_EAUTH, WXG_ECONFIG
+ * such as a layout stamp that no longer matches, WXG_ENOMEM, ...) the error is also logged as
+ * pipeline_fatal and returned to the caller, which stops. A dead letter that cannot be written
+ * re-queues the item at the dead-letter stage, holding its partition's watermark; a fatal
+ * class is reported the same way. A plugin's own verdict decides between retry (RETRY) and dead
+ * letter (FAIL, with the poison code WXG_EPLUGIN). Lease lost anywhere (renewal,
  * plugin_done, complete) re-queues the item for a fresh claim, which decides.
  */
 #include "pipeline_int.h"
@@ -175,18 +179,29 @@ static void guard_ok(wxg__pl_worker_t *w)
     atomic_store(&w->conf->health->ok_ms, mono_ms());
 }
 
-/* A guard call failed as a whole: counted, logged, and remembered for readiness; an error that
- * lets the process go no further is kept for the caller. */
+/* Keeps the first fatal error of the run for the caller, with one line that says why. */
+static void fatal(wxg__pl_worker_t *w, const char *op, int rc, const char *reason)
+{
+    wxg_log(WXG_LOG_ERROR, "pipeline_fatal", WXG_LS("op", op), WXG_LERR(rc),
+            WXG_LS("class", wxg_err_class_name(wxg_err_class(rc))), WXG_LU("worker", w->index),
+            WXG_LS("reason", reason && reason[0] ? reason : wxg_strerror(rc)));
+    if (!w->fatal)
+        w->fatal = rc;
+}
+
+/* A guard call failed as a whole: counted, logged, and remembered for readiness. Its class
+ * decides the rest: the caller re-queues the items either way (nothing finishes), and a fatal
+ * error is also kept for the caller of wxg__pipeline_run, which stops. */
 static void guard_failed(wxg__pl_worker_t *w, int op, int rc, size_t n)
 {
     static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
     wxg_counter_inc(w->m->guard_errors[op]);
     atomic_store(&w->conf->health->err, rc);
     atomic_store(&w->conf->health->err_ms, mono_ms());
-    if (rc == WXG_EAUTH && !w->fatal)
-        w->fatal = rc;
     wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", ops[op]), WXG_LERR(rc),
             WXG_LU("worker", w->index), WXG_LU("batch", n));
+    if (wxg_err_class(rc) == WXG_CLASS_FATAL)
+        fatal(w, ops[op], rc, wxg_guard_last_error(w->g));
 }
 
 static const wxg_guard_plugin_result_t *finished_plugin(const wxg__pl_item_t *it,
@@ -505,6 +520,10 @@ static int dead_letter(wxg__pl_worker_t *w, wxg__pl_item_t *it)
         wxg_log(WXG_LOG_ERROR, "dlq_write_failed", WXG_LS("topic", r->topic),
                 WXG_LI("partition", r->partition), WXG_LI("offset", r->offset), WXG_LERR(rc),
                 WXG_LS("reason", err));
+        /* Whatever the class, the record waits and its watermark holds: a poison answer (the
+         * record is too large for the dead-letter topic) has nowhere else to go. */
+        if (wxg_err_class(rc) == WXG_CLASS_FATAL)
+            fatal(w, "dead_letter", rc, err);
         requeue(w, it, WXG__PL_DEAD_LETTER, infra_backoff(w, it));
         return 0;
     }

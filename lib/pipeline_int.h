@@ -14,10 +14,10 @@
  * the retry settings -- comes from the caller too, so a test can drive it with a fake guard and
  * a sink that records what it is given.
  *
- * Errors: a guard call that fails as a whole re-queues its items with a capped backoff (nothing
- * finishes); WXG_EAUTH is also returned to the caller of wxg__pipeline_run, which stops. A
- * plugin's FAIL, or RETRY past retry_max, is a dead letter; a dead letter that cannot be
- * written waits and is tried again.
+ * Errors: every failure of a guard call or a dead-letter write is decided by its class
+ * (wxg_err_class): retriable -> the items are re-queued with a capped backoff and nothing
+ * finishes; fatal -> the same, and the code is returned by wxg__pipeline_run so that the caller
+ * stops. A plugin's FAIL, or RETRY past retry_max, is a dead letter (WXG_EPLUGIN, poison).
  *
  * Threads: a wxg__pipeline_conf_t is shared by every worker and only read. A
  * wxg__pl_worker_t belongs to one worker thread. An item is run by one worker at a time (the
