@@ -24,16 +24,23 @@
  * finished in the offsets tracker when its last job finishes, unless a job was cancelled (its
  * partition was revoked): then the offset stays unfinished and the new owner redoes it.
  *
- * Locks: each partition has a small mutex (`cpart.mu`) over its list of records in flight (in
- * dispatch order) and its ring of claim times waiting for a commit. The poll thread takes it to
- * link a record, to find the oldest one for the stall detector and to match commits; whoever
- * drops a record's last reference takes it to unlink the record before freeing it, which is
- * what lets the poll thread read the oldest record's offset and key safely. It is held for a
- * few pointer moves only and nothing else is taken inside it; pool callbacks may take it
- * (lock order: pool lock, then cpart.mu). `ready_mu` guards the stall reason text for /readyz.
- * `room_mu` carries the pool's low-watermark wake-up to a poll thread waiting for room; the
- * callback takes it inside the pool lock, and nothing is taken while it is held.
- * Everything else is atomics.
+ * Partitions: one table (`parts`, grown by the poll thread only, entries never freed before
+ * the consumer) holds everything about a partition: its Kafka state (assigned, paused, lag,
+ * stall), its records in flight, its claim times waiting for a commit, and its finished
+ * watermark (a wxg_offsets_t, include/wxguard/offsets.h, which takes no lock of its own: it
+ * was a second table with a second lock per partition, and finishing a record took both).
+ *
+ * Locks: each partition has one small mutex (`cpart.mu`) over its list of records in flight (in
+ * dispatch order), its ring of claim times and its watermark. The poll thread takes it to
+ * dispatch and link a record, to read the watermark (store, commit, pause, lag, stalls), to
+ * find the oldest record for the stall detector and to match commits; whoever drops a record's
+ * last reference takes it once to unlink the record, note its claim time and finish its
+ * offset, which is what lets the poll thread read the oldest record's offset and key safely. It
+ * is held for a few pointer moves only and nothing else is taken inside it; pool callbacks may
+ * take it (lock order: pool lock, then cpart.mu). `ready_mu` guards the stall reason text for
+ * /readyz. `room_mu` carries the pool's low-watermark wake-up to a poll thread waiting for room;
+ * the callback takes it inside the pool lock, and nothing is taken while it is held. Everything
+ * else is atomics.
  *
  * Metrics: counters are metric handles (lib/metrics.c atomics) bumped where the event happens;
  * gauges are set by the poll thread (every GAUGE_EVERY_MS, lag every LAG_EVERY_MS from
@@ -154,22 +161,28 @@ typedef struct c2c_entry {
     uint64_t epoch;
 } c2c_entry;
 
+/* Everything the consumer keeps about one partition, in one place under one lock: created by
+ * the poll thread at its first assignment and kept until the consumer is destroyed, so that a
+ * record's `part` never dangles. */
 struct cpart {
     char *topic;
     int32_t partition;
     uint64_t tag;
+    /* Poll thread only. */
     int assigned;
     int paused;
-    int64_t paused_since_ms; /* when backpressure paused it (poll thread) */
-    uint64_t epoch;          /* of the current assignment (poll thread) */
-    int stalled;             /* the stall detector's state (poll thread) */
+    int64_t paused_since_ms; /* when backpressure paused it */
+    uint64_t epoch;          /* of the current assignment (the watermark's) */
+    int stalled;             /* the stall detector's state */
     int64_t stalled_offset;
     wxg_metric_t *lag;
-    pthread_mutex_t mu; /* head/tail and the c2c ring */
-    rec *head, *tail;   /* records in flight, oldest first */
-    c2c_entry *c2c;     /* C2C_RING entries: finished records waiting for a commit */
-    size_t c2c_head, c2c_len;
     int64_t next; /* offset after the last record dispatched, -1 when unknown */
+    /* Under mu, from any thread. */
+    pthread_mutex_t mu;
+    rec *head, *tail; /* records in flight, oldest first */
+    c2c_entry *c2c;   /* C2C_RING entries: finished records waiting for a commit */
+    size_t c2c_head, c2c_len;
+    wxg_offsets_t *wm; /* the finished watermark of the current assignment */
 };
 
 /* The consumer's metric handles (docs/metrics.md); those the pipeline bumps are in `pl`. */
@@ -192,7 +205,6 @@ struct wxg_consumer_s {
     rd_kafka_t *rk;
     rd_kafka_queue_t *rkq;         /* the consumer queue, for rd_kafka_queue_yield() */
     wxg__pipeline_conf_t pipeline; /* shared by the workers' pipelines */
-    wxg_offsets_t *offsets;
     wxg_pool_t *pool;
     wxg_guard_watchdog_t *wd;
     /* The near cache the workers share (guard_conf.done_cache); owned when created here, and
@@ -397,13 +409,12 @@ static void rec_release(wxg_consumer_t *c, rec *r)
             (c2c_entry){.offset = r->rkm->offset, .claimed_us = claimed, .epoch = r->ticket.epoch};
         p->c2c_len++;
     }
+    int stale = !cancelled && wxg_offsets_finish(p->wm, &r->ticket) == WXG_ESTATE;
     pthread_mutex_unlock(&p->mu);
-    if (!cancelled) {
-        if (wxg_offsets_finish(&r->ticket) == WXG_ESTATE)
-            atomic_fetch_add(&c->stale_finishes, 1);
-        else
-            latency_observe(c, mono_us() - r->dispatched_us);
-    }
+    if (stale)
+        atomic_fetch_add(&c->stale_finishes, 1);
+    else if (!cancelled)
+        latency_observe(c, mono_us() - r->dispatched_us);
     rec *head = atomic_load(&c->released);
     do {
         r->fnext = head;
@@ -571,7 +582,9 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
         return NULL;
     p->topic = strdup(topic);
     p->c2c = calloc(C2C_RING, sizeof *p->c2c);
-    if (!p->topic || !p->c2c || pthread_mutex_init(&p->mu, NULL) != 0) {
+    p->wm = wxg_offsets_new(NULL, 0);
+    if (!p->topic || !p->c2c || !p->wm || pthread_mutex_init(&p->mu, NULL) != 0) {
+        wxg_offsets_destroy(p->wm);
         free(p->c2c);
         free(p->topic);
         free(p);
@@ -581,6 +594,31 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
     p->tag = (uint64_t)c->nparts + 1;
     c->parts[c->nparts++] = p;
     return p;
+}
+
+/* The watermark's queries and its assignment, under the partition's lock. */
+static int part_committable(cpart *p, int64_t *offset)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = wxg_offsets_committable(p->wm, offset);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static size_t part_window(cpart *p)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t n = wxg_offsets_window(p->wm);
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static int part_assign(cpart *p, uint64_t *epoch)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = wxg_offsets_assign(p->wm, epoch);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }
 
 static void count_parts(wxg_consumer_t *c)
@@ -684,8 +722,7 @@ static void apply_pause(wxg_consumer_t *c)
         cpart *p = c->parts[i];
         if (!p->assigned)
             continue;
-        int want =
-            global || wxg_offsets_window(c->offsets, p->topic, p->partition) > c->window_limit;
+        int want = global || part_window(p) > c->window_limit;
         if (want && !p->paused)
             pause[np++] = p;
         else if (!want && p->paused)
@@ -702,20 +739,22 @@ out:
 
 /* ---- offsets (poll thread) ---- */
 
-static int collect_store(void *opaque, const char *topic, int32_t partition, int64_t offset,
-                         uint64_t epoch)
-{
-    rd_kafka_topic_partition_list_t *l = opaque;
-    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
-    return 0;
-}
-
 static void store_offsets(wxg_consumer_t *c)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
     if (!l)
         return;
-    wxg_offsets_foreach_advanced(c->offsets, collect_store, l);
+    for (size_t i = 0; i < c->nparts; i++) {
+        cpart *p = c->parts[i];
+        int64_t off;
+        if (!p->assigned)
+            continue;
+        pthread_mutex_lock(&p->mu);
+        int advanced = wxg_offsets_advanced(p->wm, &off);
+        pthread_mutex_unlock(&p->mu);
+        if (advanced)
+            rd_kafka_topic_partition_list_add(l, p->topic, p->partition)->offset = off;
+    }
     if (l->cnt > 0) {
         rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, l);
         for (int i = 0; i < l->cnt; i++) {
@@ -858,7 +897,7 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         cpart *p = part_get(c, tp->topic, tp->partition);
         uint64_t epoch = 0;
-        if (!p || wxg_offsets_assign(c->offsets, tp->topic, tp->partition, &epoch) != 0) {
+        if (!p || part_assign(p, &epoch) != 0) {
             wxg_log(WXG_LOG_ERROR, "assign_failed", WXG_LERR(WXG_ENOMEM));
             stop_if_fatal(c, WXG_ENOMEM);
             continue;
@@ -957,7 +996,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
         for (size_t i = 0; l && i < nv; i++) {
             int64_t off;
-            if (wxg_offsets_committable(c->offsets, v[i]->topic, v[i]->partition, &off) == 0)
+            if (part_committable(v[i], &off) == 0)
                 rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
         }
         if (l && l->cnt > 0) {
@@ -986,11 +1025,11 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     set_paused(c, res, nr, 0);
     free(res);
     for (size_t i = 0; i < nv; i++) {
-        wxg_offsets_revoke(c->offsets, v[i]->topic, v[i]->partition);
         v[i]->assigned = 0;
         v[i]->paused = 0;
         wxg_gauge_clear(v[i]->lag);
         pthread_mutex_lock(&v[i]->mu);
+        wxg_offsets_revoke(v[i]->wm);
         v[i]->c2c_head = v[i]->c2c_len = 0;
         pthread_mutex_unlock(&v[i]->mu);
     }
@@ -1092,7 +1131,9 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
     if (m->offset + 1 > p->next)
         p->next = m->offset + 1;
     wxg_offsets_ticket_t ticket;
-    int rc = wxg_offsets_dispatch(c->offsets, topic, m->partition, m->offset, &ticket);
+    pthread_mutex_lock(&p->mu);
+    int rc = wxg_offsets_dispatch(p->wm, m->offset, &ticket);
+    pthread_mutex_unlock(&p->mu);
     if (rc != 0) {
         /* A re-fetch of something already in hand, or not ours: nothing to do. */
         rd_kafka_message_destroy(m);
@@ -1219,7 +1260,7 @@ static void update_lag(wxg_consumer_t *c, int log_it)
                 RD_KAFKA_RESP_ERR_NO_ERROR ||
             hi < 0)
             continue;
-        if (wxg_offsets_committable(c->offsets, p->topic, p->partition, &w) != 0) {
+        if (part_committable(p, &w) != 0) {
             w = local_position(c, p);
             if (w < 0)
                 continue;
@@ -1352,8 +1393,7 @@ static void check_stalls(wxg_consumer_t *c)
             pthread_mutex_unlock(&p->mu);
             paused_ms = p->paused ? now - p->paused_since_ms : 0;
             stalled = age_ms > limit || paused_ms > limit;
-            if (stalled && offset < 0 &&
-                wxg_offsets_committable(c->offsets, p->topic, p->partition, &offset) != 0)
+            if (stalled && offset < 0 && part_committable(p, &offset) != 0)
                 offset = local_position(c, p);
         }
         if (stalled) {
@@ -1672,9 +1712,6 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     rd_kafka_conf_set_offset_commit_cb(kconf, commit_cb);
     rd_kafka_conf_set_opaque(kconf, c);
 
-    c->offsets = wxg_offsets_new(errstr, errstr_size);
-    if (!c->offsets)
-        goto fail;
     int gerr = 0;
     c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
     if (!c->wd)
@@ -1953,9 +1990,7 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->commit_errors = wxg_counter_value(m->commit_failures);
     out->rebalances = wxg_counter_value(m->assigns) + wxg_counter_value(m->revokes);
     out->revoke_timeouts = wxg_counter_value(m->revoke_timeouts);
-    wxg_offsets_stats_t os;
-    wxg_offsets_stats(c->offsets, &os);
-    out->stale_finishes = os.stale_finishes;
+    out->stale_finishes = atomic_load(&c->stale_finishes);
     out->assigned = (size_t)wxg_gauge_value(m->assigned);
     out->paused = (size_t)wxg_gauge_value(m->paused);
     out->in_flight = (size_t)wxg_gauge_value(m->inflight);
@@ -1994,9 +2029,9 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
      * left to the process's exit. */
     wxg_guard_watchdog_destroy(c->wd);
     wxg_donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
-    wxg_offsets_destroy(c->offsets);
     for (size_t i = 0; i < c->nparts; i++) {
         pthread_mutex_destroy(&c->parts[i]->mu);
+        wxg_offsets_destroy(c->parts[i]->wm);
         free(c->parts[i]->c2c);
         free(c->parts[i]->topic);
         free(c->parts[i]);
