@@ -949,33 +949,12 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
             WXG_LS("protocol", rd_kafka_rebalance_protocol(c->rk)), WXG_LB("paused", global));
 }
 
-static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+/* Revoke, step 2: lets running and queued work of the partitions finish within the budget
+ * (not when the assignment is already lost: someone else owns it), then cancels the rest.
+ * Returns 1 when the budget ran out. */
+static int revoke_drain(wxg_consumer_t *c, cpart *const *v, size_t nv, int lost)
 {
-    int lost = rd_kafka_assignment_lost(c->rk);
-    /* Already released by an assign during close (see on_assign): only our own bookkeeping is
-     * left. A commit, resume or unassign now would be a request to a group that may have
-     * terminated, and such a request is never answered. The watermarks were committed just
-     * before the close, after the pool had stopped. */
-    int released = c->closing && c->close_released;
-    int64_t budget = c->conf.drain_timeout_ms;
-    int64_t deadline = mono_ms() + budget;
-    size_t n = (size_t)parts->cnt;
-    cpart **v = calloc(n + 1, sizeof *v);
-    size_t nv = 0;
-    for (size_t i = 0; v && i < n; i++) {
-        cpart *p = part_find(c, parts->elems[i].topic, parts->elems[i].partition);
-        if (p && p->assigned)
-            v[nv++] = p;
-    }
-    /* 1. Stop dispatching: drop what never reached the pool, and work that waits for a lease
-     *    or a backoff (it cannot finish within the budget). */
-    for (size_t i = 0; i < nv; i++) {
-        drop_pending_of(c, v[i]);
-        if (c->pool)
-            wxg_pool_cancel_delayed(c->pool, v[i]->tag);
-    }
-    /* 2. Let running and queued work of these partitions finish within the budget (not when
-     *    the assignment is already lost: someone else owns it). */
+    int64_t deadline = mono_ms() + c->conf.drain_timeout_ms;
     int timed_out = 0;
     for (size_t i = 0; c->pool && !lost && !c->closing && i < nv; i++) {
         int64_t left = deadline - mono_ms();
@@ -988,34 +967,39 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         wxg_pool_cancel(c->pool, v[i]->tag);
     if (timed_out)
         wxg_counter_inc(c->m.revoke_timeouts);
-    /* 3. Commit their watermarks synchronously while they are still ours, within the commit
-     *    budget. Not when the final commit found the coordinator silent: this revoke is the
-     *    close's, the watermarks are the ones that commit already carried, and waiting again
-     *    would only lengthen the stop. */
-    if (!lost && !released && !c->coord_silent && nv > 0) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
-        for (size_t i = 0; l && i < nv; i++) {
-            int64_t off;
-            if (part_committable(v[i], &off) == 0)
-                rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
-        }
-        if (l && l->cnt > 0) {
-            rd_kafka_resp_err_t err = commit_bounded(c, l);
-            if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-                wxg_counter_inc(c->m.commit_failures);
-                wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
-                        WXG_LS("kafka_err", rd_kafka_err2name(err)));
-            }
-        }
-        rd_kafka_topic_partition_list_destroy(l);
+    return timed_out;
+}
+
+/* Revoke, step 3: commits the partitions' watermarks synchronously while they are still ours,
+ * within the commit budget. */
+static void revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
+    for (size_t i = 0; l && i < nv; i++) {
+        int64_t off;
+        if (part_committable(v[i], &off) == 0)
+            rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
     }
-    /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
-     *    arriving from now on are stale. Not while stopping or closing: any later assignment
-     *    is paused at once anyway, and librdkafka 2.0.2 may already have dropped these
-     *    partitions (an assign served during close becomes a full unassign, and a revoke
-     *    during the drain can follow a lost membership: UNKNOWN_MEMBER_ID on its commit);
-     *    rd_kafka_resume_partitions() then waits without limit for a reply from a partition
-     *    nobody serves any more, and the stop never returns. */
+    if (l && l->cnt > 0) {
+        rd_kafka_resp_err_t err = commit_bounded(c, l);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+            wxg_counter_inc(c->m.commit_failures);
+            wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
+                    WXG_LS("kafka_err", rd_kafka_err2name(err)));
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Revoke, step 4: resumes what we paused (so a later assignment starts clean), then fences:
+ * completions arriving from now on are stale. Not while stopping or closing: any later
+ * assignment is paused at once anyway, and librdkafka 2.0.2 may already have dropped these
+ * partitions (an assign served during close becomes a full unassign, and a revoke during the
+ * drain can follow a lost membership: UNKNOWN_MEMBER_ID on its commit);
+ * rd_kafka_resume_partitions() then waits without limit for a reply from a partition nobody
+ * serves any more, and the stop never returns. */
+static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
+{
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
     for (size_t i = 0; res && !c->closing && !c->stopping && i < nv; i++) {
@@ -1033,11 +1017,12 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         v[i]->c2c_head = v[i]->c2c_len = 0;
         pthread_mutex_unlock(&v[i]->mu);
     }
-    free(v);
-    /* 5. Release them. */
-    if (released) {
-        /* librdkafka has released them already. */
-    } else if (is_cooperative(c)) {
+}
+
+/* Revoke, step 5: hands the partitions back to librdkafka. */
+static void revoke_release(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+{
+    if (is_cooperative(c)) {
         rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
         if (e) {
             wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
@@ -1046,6 +1031,45 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     } else {
         rd_kafka_assign(c->rk, NULL);
     }
+}
+
+/* A revoke drains first, then fences, in five steps. */
+static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+{
+    int lost = rd_kafka_assignment_lost(c->rk);
+    /* Already released by an assign during close (see on_assign): only our own bookkeeping is
+     * left. A commit, resume or unassign now would be a request to a group that may have
+     * terminated, and such a request is never answered. The watermarks were committed just
+     * before the close, after the pool had stopped. */
+    int released = c->closing && c->close_released;
+    size_t n = (size_t)parts->cnt;
+    cpart **v = calloc(n + 1, sizeof *v);
+    size_t nv = 0;
+    for (size_t i = 0; v && i < n; i++) {
+        cpart *p = part_find(c, parts->elems[i].topic, parts->elems[i].partition);
+        if (p && p->assigned)
+            v[nv++] = p;
+    }
+    /* 1. Stop dispatching: drop what never reached the pool, and work that waits for a lease
+     *    or a backoff (it cannot finish within the budget). */
+    for (size_t i = 0; i < nv; i++) {
+        drop_pending_of(c, v[i]);
+        if (c->pool)
+            wxg_pool_cancel_delayed(c->pool, v[i]->tag);
+    }
+    /* 2. Drain. */
+    int timed_out = revoke_drain(c, v, nv, lost);
+    /* 3. Commit. Not when the final commit found the coordinator silent: this revoke is the
+     *    close's, the watermarks are the ones that commit already carried, and waiting again
+     *    would only lengthen the stop. */
+    if (!lost && !released && !c->coord_silent && nv > 0)
+        revoke_commit(c, v, nv);
+    /* 4. Resume and fence. */
+    revoke_fence(c, v, nv);
+    free(v);
+    /* 5. Release them, unless librdkafka has released them already. */
+    if (!released)
+        revoke_release(c, parts);
     count_parts(c);
     wxg_log(WXG_LOG_INFO, "revoked", WXG_LI("partitions", parts->cnt), WXG_LB("lost", lost),
             WXG_LB("drain_timed_out", timed_out), WXG_LB("released", released));
@@ -1120,6 +1144,41 @@ static void rec_view(rec *r, const cpart *p)
                                  .headers_src = m};
 }
 
+/* Makes the record's jobs and puts them on the pending list: one per decoded message, or one
+ * that parks a record that did not decode (`err` says why). */
+static void rec_jobs(wxg_consumer_t *c, rec *r, const char *err)
+{
+    const wxg__pl_record_t *v = &r->view;
+    if (r->decode_err != 0) {
+        wxg_counter_inc(c->m.decode_errors);
+        r->decode_reason = strdup(err);
+        job *j = &r->jobs[0];
+        j->r = r;
+        j->conv = wxg_pool_hash(v->topic, strlen(v->topic)) ^ (uint64_t)v->partition;
+        wxg__pipeline_item_park(&j->it, &r->view, r->decode_err, err);
+        wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", v->topic),
+                WXG_LI("partition", v->partition), WXG_LI("offset", v->offset),
+                WXG_LERR(r->decode_err), WXG_LS("reason", err));
+    } else {
+        atomic_fetch_add(&c->messages, r->njobs);
+        for (size_t i = 0; i < r->njobs; i++) {
+            job *j = &r->jobs[i];
+            j->r = r;
+            wxg__pipeline_item_init(&j->it, &r->view, wxg_batch_msg(r->batch, i));
+            j->conv = conv_hash(j->it.msg);
+        }
+    }
+    for (size_t i = 0; i < r->njobs; i++) {
+        job *j = &r->jobs[i];
+        if (c->pending_tail)
+            c->pending_tail->pnext = j;
+        else
+            c->pending_head = j;
+        c->pending_tail = j;
+        c->npending++;
+    }
+}
+
 static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
 {
     const char *topic = rd_kafka_topic_name(m->rkt);
@@ -1176,34 +1235,7 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         p->head = r;
     p->tail = r;
     pthread_mutex_unlock(&p->mu);
-    if (derr != 0) {
-        wxg_counter_inc(c->m.decode_errors);
-        r->decode_reason = strdup(err);
-        job *j = &r->jobs[0];
-        j->r = r;
-        j->conv = wxg_pool_hash(topic, strlen(topic)) ^ (uint64_t)m->partition;
-        wxg__pipeline_item_park(&j->it, &r->view, derr, err);
-        wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", topic),
-                WXG_LI("partition", m->partition), WXG_LI("offset", m->offset), WXG_LERR(derr),
-                WXG_LS("reason", err));
-    } else {
-        atomic_fetch_add(&c->messages, nmsg);
-        for (size_t i = 0; i < nmsg; i++) {
-            job *j = &r->jobs[i];
-            j->r = r;
-            wxg__pipeline_item_init(&j->it, &r->view, wxg_batch_msg(batch, i));
-            j->conv = conv_hash(j->it.msg);
-        }
-    }
-    for (size_t i = 0; i < nmsg; i++) {
-        job *j = &r->jobs[i];
-        if (c->pending_tail)
-            c->pending_tail->pnext = j;
-        else
-            c->pending_head = j;
-        c->pending_tail = j;
-        c->npending++;
-    }
+    rec_jobs(c, r, err);
     /* The poll thread's own reference: an empty batch finishes here. */
     rec_release(c, r);
     flush_pending(c);
@@ -1476,21 +1508,12 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
 
 /* ---- life cycle ---- */
 
-/* Registers every metric of docs/metrics.md. 0, or WXG_ENOMEM with errstr (no memory, or a
- * family of the same name already registered with other labels). */
-static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+/* The counters of docs/metrics.md, the pipeline's among them. 0, or -1 when one could not be
+ * registered. */
+static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
 {
-    cmetrics *m = &c->m;
-    wxg_metrics_t *r = c->conf.metrics;
-    if (!r) {
-        r = m->own = wxg_metrics_new();
-        if (!r)
-            goto fail;
-    }
-    m->reg = r;
     static const char *const outcomes[WXG__PL_CLAIM_N] = {"claimed", "duplicate", "busy"};
     static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
-    static const char *const results[WXG__PL_RESULT_N] = {"ok", "retry", "fail"};
     m->records =
         wxg_metrics_counter(r, "wxg_consumer_records_total", "Records polled from Kafka.", NULL);
     m->decode_errors =
@@ -1501,7 +1524,7 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                               "Claim results per message, by outcome.", "outcome",
                                               outcomes[i], NULL);
         if (!m->pl.claims[i])
-            goto fail;
+            return -1;
     }
     m->pl.mismatches =
         wxg_metrics_counter(r, "wxg_guard_payload_mismatches_total",
@@ -1512,7 +1535,7 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
             "Guard calls that failed as a whole (Redis unreachable, timeout), by operation.", "op",
             ops[i], NULL);
         if (!m->pl.guard_errors[i])
-            goto fail;
+            return -1;
     }
     m->pl.processed =
         wxg_metrics_counter(r, "wxg_messages_processed_total",
@@ -1535,6 +1558,16 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                      "type", "revoke", NULL);
     m->revoke_timeouts = wxg_metrics_counter(r, "wxg_revoke_timeouts_total",
                                              "Revokes whose drain ran out of budget.", NULL);
+    return m->records && m->decode_errors && m->pl.mismatches && m->pl.processed && m->pl.retries &&
+                   m->pl.dlq_writes && m->pl.dlq_errors && m->pl.lease_lost && m->commits &&
+                   m->commit_failures && m->assigns && m->revokes && m->revoke_timeouts
+               ? 0
+               : -1;
+}
+
+/* The gauges and histograms, and the near cache's series. 0, or -1 as above. */
+static int metrics_gauges(cmetrics *m, wxg_metrics_t *r)
+{
     m->inflight = wxg_metrics_gauge(r, "wxg_inflight_messages",
                                     "Messages in the worker pool or waiting to enter it.", NULL);
     m->queue = wxg_metrics_gauge(
@@ -1566,42 +1599,232 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     m->cache_evictions = wxg_metrics_counter(
         r, "wxg_guard_done_cache_evictions_total",
         "Near-cache entries displaced by newer ones before their expiry.", NULL);
-    if (!m->records || !m->decode_errors || !m->pl.mismatches || !m->pl.processed ||
-        !m->pl.retries || !m->pl.dlq_writes || !m->pl.dlq_errors || !m->pl.lease_lost ||
-        !m->commits || !m->commit_failures || !m->assigns || !m->revokes || !m->revoke_timeouts ||
-        !m->inflight || !m->queue || !m->assigned || !m->paused || !m->oldest || !m->stalled ||
-        !m->pl.claim_seconds || !m->c2c_seconds || !m->pl.cache_hits || !m->cache_entries ||
-        !m->cache_evictions || !m->redis_up)
-        goto fail;
+    return m->inflight && m->queue && m->assigned && m->paused && m->oldest && m->stalled &&
+                   m->redis_up && m->pl.claim_seconds && m->c2c_seconds && m->pl.cache_hits &&
+                   m->cache_entries && m->cache_evictions
+               ? 0
+               : -1;
+}
+
+/* Each plugin's results and durations. 0, or -1 as above. */
+static int metrics_plugins(wxg_consumer_t *c, wxg_metrics_t *r)
+{
+    static const char *const results[WXG__PL_RESULT_N] = {"ok", "retry", "fail"};
+    wxg__pl_metrics_t *pm = &c->m.pl;
     size_t np = c->nplugins;
-    m->pl.plugin_results = calloc(np * WXG__PL_RESULT_N + 1, sizeof *m->pl.plugin_results);
-    m->pl.plugin_seconds = calloc(np + 1, sizeof *m->pl.plugin_seconds);
-    if (!m->pl.plugin_results || !m->pl.plugin_seconds)
-        goto fail;
+    pm->plugin_results = calloc(np * WXG__PL_RESULT_N + 1, sizeof *pm->plugin_results);
+    pm->plugin_seconds = calloc(np + 1, sizeof *pm->plugin_seconds);
+    if (!pm->plugin_results || !pm->plugin_seconds)
+        return -1;
     for (size_t s = 0; s < np; s++) {
         const char *name = wxg_plugin_chain_name(c->conf.chain, s);
         for (int k = 0; k < WXG__PL_RESULT_N; k++) {
-            m->pl.plugin_results[s * WXG__PL_RESULT_N + (size_t)k] = wxg_metrics_counter(
-                r, "wxg_plugin_results_total", "Plugin outcomes, by plugin and result.", "plugin",
-                name, "result", results[k], NULL);
-            if (!m->pl.plugin_results[s * WXG__PL_RESULT_N + (size_t)k])
-                goto fail;
+            wxg_metric_t **h = &pm->plugin_results[s * WXG__PL_RESULT_N + (size_t)k];
+            *h = wxg_metrics_counter(r, "wxg_plugin_results_total",
+                                     "Plugin outcomes, by plugin and result.", "plugin", name,
+                                     "result", results[k], NULL);
+            if (!*h)
+                return -1;
         }
-        m->pl.plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
-                                                        "One plugin's handling of one message.",
-                                                        NULL, 0, "plugin", name, NULL);
-        if (!m->pl.plugin_seconds[s])
-            goto fail;
+        pm->plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
+                                                      "One plugin's handling of one message.", NULL,
+                                                      0, "plugin", name, NULL);
+        if (!pm->plugin_seconds[s])
+            return -1;
+    }
+    return 0;
+}
+
+/* Registers every metric of docs/metrics.md. 0, or WXG_ENOMEM with errstr (no memory, or a
+ * family of the same name already registered with other labels). */
+static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    cmetrics *m = &c->m;
+    wxg_metrics_t *r = c->conf.metrics;
+    if (!r)
+        r = m->own = wxg_metrics_new();
+    m->reg = r;
+    if (!r || metrics_counters(m, r) != 0 || metrics_gauges(m, r) != 0 ||
+        metrics_plugins(c, r) != 0) {
+        wxg__errf(errstr, errstr_size,
+                  "consumer: cannot register its metrics (out of memory, or a name already "
+                  "registered with other labels)");
+        return WXG_ENOMEM;
     }
     /* Series that should show 0 from the start rather than appear later. */
     wxg_gauge_set(m->stalled, 0);
     wxg_gauge_set(m->redis_up, 1); /* the workers' and the watchdog's guards just connected */
     return 0;
-fail:
-    wxg__errf(errstr, errstr_size,
-              "consumer: cannot register its metrics (out of memory, or a name already "
-              "registered with other labels)");
-    return WXG_ENOMEM;
+}
+
+/* The steps of wxg_consumer_new(), in order. Each returns 0, or -1 with errstr filled; on
+ * failure wxg_consumer_destroy() frees whatever the steps before it made. */
+
+static int conf_complete(const wxg_consumer_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    if (!conf || !conf->kafka || !conf->topics || conf->ntopics == 0 || !conf->guard ||
+        !conf->chain || !conf->dlq || conf->workers == 0 || conf->queue_capacity == 0 ||
+        conf->batch_max == 0 || conf->retry_max == 0) {
+        wxg__errf(errstr, errstr_size, "consumer: incomplete configuration");
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies the configuration, its names and the guard's, and derives the fixed limits. */
+static int copy_conf(wxg_consumer_t *c, const wxg_consumer_conf_t *conf, char *errstr,
+                     size_t errstr_size)
+{
+    c->conf = *conf;
+    c->conf.kafka = NULL;
+    /* A configuration filled field by field rather than from wxg_consumer_conf_init() may
+     * leave this new field 0, which would abandon every synchronous commit at once. */
+    if (c->conf.commit_timeout_ms <= 0)
+        c->conf.commit_timeout_ms = 5000;
+    c->guard_conf = *conf->guard;
+    c->nplugins = wxg_plugin_chain_count(conf->chain);
+    c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
+    c->backlog_high = conf->queue_capacity;
+    c->backlog_low = conf->queue_capacity / 2;
+    c->topics = calloc(conf->ntopics, sizeof *c->topics);
+    c->group_id = strdup(conf->group_id ? conf->group_id : "");
+    if (!c->topics || !c->group_id)
+        goto nomem;
+    for (size_t i = 0; i < conf->ntopics; i++) {
+        c->topics[i] = strdup(conf->topics[i]);
+        if (!c->topics[i])
+            goto nomem;
+    }
+    c->conf.topics = NULL;
+    c->conf.group_id = c->group_id;
+    return 0;
+nomem:
+    wxg__errf(errstr, errstr_size, "consumer: out of memory");
+    return -1;
+}
+
+/* The near cache of DONE messages the workers share, the decode cache and the spare records. */
+static int make_caches(wxg_consumer_t *c, size_t done_entries, char *errstr, size_t errstr_size)
+{
+    if (!c->guard_conf.done_cache && !c->guard_conf.naive && done_entries > 0) {
+        c->done_cache = wxg_donecache_new(done_entries, errstr, errstr_size);
+        if (!c->done_cache)
+            return -1;
+        c->guard_conf.done_cache = c->done_cache;
+    }
+    c->decode_cache = wxg_decode_cache_new(DECODE_CACHE_BYTES);
+    if (!c->decode_cache) {
+        wxg__errf(errstr, errstr_size, "consumer: out of memory");
+        return -1;
+    }
+    c->spare_recs.max = SPARE_REC_BYTES / rec_size(1);
+    return 0;
+}
+
+static int make_locks(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    if (pthread_mutex_init(&c->ready_mu, NULL) != 0)
+        goto fail_mutex;
+    c->ready_mu_init = 1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        goto fail_cond;
+    /* wait_for_room() measures its timeout on the monotonic clock. */
+    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (crc == 0)
+        crc = pthread_cond_init(&c->room_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (crc != 0)
+        goto fail_cond;
+    if (pthread_mutex_init(&c->room_mu, NULL) != 0) {
+        pthread_cond_destroy(&c->room_cv);
+        goto fail_mutex;
+    }
+    c->room_ready = 1;
+    return 0;
+fail_cond:
+    wxg__errf(errstr, errstr_size, "consumer: cannot create a condition variable");
+    return -1;
+fail_mutex:
+    wxg__errf(errstr, errstr_size, "consumer: cannot create a mutex");
+    return -1;
+}
+
+/* What the consumer needs of librdkafka's configuration: its callbacks, offsets stored and
+ * committed by hand, and a shorter long poll than librdkafka's 500 ms default unless
+ * configured (see the top of this file). */
+static int tune_kafka_conf(wxg_consumer_t *c, rd_kafka_conf_t *kconf, char *errstr,
+                           size_t errstr_size)
+{
+    char fwm[32];
+    size_t fwm_size = sizeof fwm;
+    if (rd_kafka_conf_get(kconf, "fetch.wait.max.ms", fwm, &fwm_size) == RD_KAFKA_CONF_OK &&
+        strcmp(fwm, "500") == 0 &&
+        rd_kafka_conf_set(kconf, "fetch.wait.max.ms", FETCH_WAIT_MS, errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+        return -1;
+    static const char *const forced[][2] = {
+        {"enable.auto.offset.store", "false"},
+        {"enable.auto.commit", "false"},
+        {"enable.partition.eof", "false"},
+    };
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
+        if (rd_kafka_conf_set(kconf, forced[i][0], forced[i][1], errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+            return -1;
+    }
+    rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(kconf, commit_cb);
+    rd_kafka_conf_set_opaque(kconf, c);
+    return 0;
+}
+
+/* The lease watchdog, and the pipeline configuration every worker shares. */
+static int start_watchdog(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    int gerr = 0;
+    c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
+    if (!c->wd)
+        return -1;
+    wxg_guard_watchdog_probe(c->wd, c->conf.redis_probe_ms);
+    c->pipeline = (wxg__pipeline_conf_t){.chain = c->conf.chain,
+                                         .wd = c->wd,
+                                         .batch_max = c->conf.batch_max,
+                                         .retry_max = c->conf.retry_max,
+                                         .backoff_initial_ms = c->conf.backoff_initial_ms,
+                                         .backoff_max_ms = c->conf.backoff_max_ms,
+                                         .metrics = &c->m.pl,
+                                         .health = &c->health,
+                                         .dead_letter = dlq_sink,
+                                         .dead_letter_arg = c,
+                                         .finished = job_finished,
+                                         .finished_arg = c};
+    return 0;
+}
+
+/* The worker pool; each worker connects to Redis before this returns. */
+static int start_pool(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    size_t cap = c->conf.queue_capacity;
+    wxg_pool_conf_t pc = {
+        .workers = c->conf.workers,
+        .capacity = cap,
+        .batch_max = c->conf.batch_max,
+        .batch_delay_us = c->conf.batch_delay_us,
+        /* The pool's watermarks pause nothing; crossing the low one on the way down wakes the
+         * poll thread to move the backlog in while the pool is still 3/4 full. */
+        .high_watermark = cap,
+        .low_watermark = cap - cap / 4,
+    };
+    if (pc.low_watermark >= pc.high_watermark)
+        pc.low_watermark = pc.high_watermark - 1;
+    wxg_pool_ops_t ops = {.thread_init = worker_init,
+                          .thread_fini = worker_fini,
+                          .run = worker_run,
+                          .cancelled = worker_cancelled,
+                          .pressure = worker_pressure};
+    c->pool = wxg_pool_new(&pc, &ops, c, errstr, errstr_size);
+    return c->pool ? 0 : -1;
 }
 
 wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, size_t errstr_size)
@@ -1613,153 +1836,27 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     }
     rd_kafka_conf_t *kconf = conf ? conf->kafka : NULL;
     wxg_consumer_t *c = NULL;
-    if (!conf || !kconf || !conf->topics || conf->ntopics == 0 || !conf->guard || !conf->chain ||
-        !conf->dlq || conf->workers == 0 || conf->queue_capacity == 0 || conf->batch_max == 0 ||
-        conf->retry_max == 0) {
-        wxg__errf(errstr, errstr_size, "consumer: incomplete configuration");
+    if (conf_complete(conf, errstr, errstr_size) != 0)
         goto fail;
-    }
     c = calloc(1, sizeof *c);
     if (!c) {
         wxg__errf(errstr, errstr_size, "consumer: out of memory");
         goto fail;
     }
-    c->conf = *conf;
-    c->conf.kafka = NULL;
-    /* A configuration filled field by field rather than from wxg_consumer_conf_init() may
-     * leave this new field 0, which would abandon every synchronous commit at once. */
-    if (c->conf.commit_timeout_ms <= 0)
-        c->conf.commit_timeout_ms = 5000;
-    c->guard_conf = *conf->guard;
-    if (!c->guard_conf.done_cache && !c->guard_conf.naive && conf->done_cache_entries > 0) {
-        c->done_cache = wxg_donecache_new(conf->done_cache_entries, errstr, errstr_size);
-        if (!c->done_cache)
-            goto fail;
-        c->guard_conf.done_cache = c->done_cache;
-    }
-    c->decode_cache = wxg_decode_cache_new(DECODE_CACHE_BYTES);
-    if (!c->decode_cache) {
-        wxg__errf(errstr, errstr_size, "consumer: out of memory");
-        goto fail;
-    }
-    c->spare_recs.max = SPARE_REC_BYTES / rec_size(1);
-    c->nplugins = wxg_plugin_chain_count(conf->chain);
-    c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
-    if (pthread_mutex_init(&c->ready_mu, NULL) != 0) {
-        wxg__errf(errstr, errstr_size, "consumer: cannot create a mutex");
-        goto fail;
-    }
-    c->ready_mu_init = 1;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) {
-        wxg__errf(errstr, errstr_size, "consumer: cannot create a condition variable");
-        goto fail;
-    }
-    /* wait_for_room() measures its timeout on the monotonic clock. */
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (crc == 0)
-        crc = pthread_cond_init(&c->room_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc != 0) {
-        wxg__errf(errstr, errstr_size, "consumer: cannot create a condition variable");
-        goto fail;
-    }
-    if (pthread_mutex_init(&c->room_mu, NULL) != 0) {
-        pthread_cond_destroy(&c->room_cv);
-        wxg__errf(errstr, errstr_size, "consumer: cannot create a mutex");
-        goto fail;
-    }
-    c->room_ready = 1;
     atomic_store(&c->health.ok_ms, mono_ms());
-    if (metrics_init(c, errstr, errstr_size) != 0)
+    if (copy_conf(c, conf, errstr, errstr_size) != 0 ||
+        make_caches(c, conf->done_cache_entries, errstr, errstr_size) != 0 ||
+        make_locks(c, errstr, errstr_size) != 0 || metrics_init(c, errstr, errstr_size) != 0 ||
+        tune_kafka_conf(c, kconf, errstr, errstr_size) != 0 ||
+        start_watchdog(c, errstr, errstr_size) != 0)
         goto fail;
-    c->topics = calloc(conf->ntopics, sizeof *c->topics);
-    c->group_id = strdup(conf->group_id ? conf->group_id : "");
-    if (!c->topics || !c->group_id) {
-        wxg__errf(errstr, errstr_size, "consumer: out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < conf->ntopics; i++) {
-        c->topics[i] = strdup(conf->topics[i]);
-        if (!c->topics[i]) {
-            wxg__errf(errstr, errstr_size, "consumer: out of memory");
-            goto fail;
-        }
-    }
-    c->conf.topics = NULL;
-    c->conf.group_id = c->group_id;
-
-    /* A shorter long poll than librdkafka's 500 ms default unless configured: see the top of
-     * this file. */
-    char fwm[32];
-    size_t fwm_size = sizeof fwm;
-    if (rd_kafka_conf_get(kconf, "fetch.wait.max.ms", fwm, &fwm_size) == RD_KAFKA_CONF_OK &&
-        strcmp(fwm, "500") == 0 &&
-        rd_kafka_conf_set(kconf, "fetch.wait.max.ms", FETCH_WAIT_MS, errstr, errstr_size) !=
-            RD_KAFKA_CONF_OK)
-        goto fail;
-    static const char *const forced[][2] = {
-        {"enable.auto.offset.store", "false"},
-        {"enable.auto.commit", "false"},
-        {"enable.partition.eof", "false"},
-    };
-    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
-        if (rd_kafka_conf_set(kconf, forced[i][0], forced[i][1], errstr, errstr_size) !=
-            RD_KAFKA_CONF_OK)
-            goto fail;
-    }
-    rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
-    rd_kafka_conf_set_offset_commit_cb(kconf, commit_cb);
-    rd_kafka_conf_set_opaque(kconf, c);
-
-    int gerr = 0;
-    c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
-    if (!c->wd)
-        goto fail;
-    wxg_guard_watchdog_probe(c->wd, c->conf.redis_probe_ms);
-    c->pipeline = (wxg__pipeline_conf_t){.chain = conf->chain,
-                                         .wd = c->wd,
-                                         .batch_max = conf->batch_max,
-                                         .retry_max = conf->retry_max,
-                                         .backoff_initial_ms = conf->backoff_initial_ms,
-                                         .backoff_max_ms = conf->backoff_max_ms,
-                                         .metrics = &c->m.pl,
-                                         .health = &c->health,
-                                         .dead_letter = dlq_sink,
-                                         .dead_letter_arg = c,
-                                         .finished = job_finished,
-                                         .finished_arg = c};
-
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, errstr_size);
     if (!c->rk)
         goto fail;
     kconf = NULL; /* owned by c->rk now */
     rd_kafka_poll_set_consumer(c->rk);
     c->rkq = rd_kafka_queue_get_consumer(c->rk);
-
-    wxg_pool_conf_t pc = {
-        .workers = conf->workers,
-        .capacity = conf->queue_capacity,
-        .batch_max = conf->batch_max,
-        .batch_delay_us = conf->batch_delay_us,
-        /* The pool's watermarks pause nothing; crossing the low one on the way down wakes the
-         * poll thread to move the backlog in while the pool is still 3/4 full. */
-        .high_watermark = conf->queue_capacity,
-        .low_watermark = conf->queue_capacity - conf->queue_capacity / 4,
-    };
-    c->backlog_high = conf->queue_capacity;
-    c->backlog_low = conf->queue_capacity / 2;
-    if (pc.high_watermark == 0)
-        pc.high_watermark = conf->queue_capacity;
-    if (pc.low_watermark >= pc.high_watermark)
-        pc.low_watermark = pc.high_watermark - 1;
-    wxg_pool_ops_t ops = {.thread_init = worker_init,
-                          .thread_fini = worker_fini,
-                          .run = worker_run,
-                          .cancelled = worker_cancelled,
-                          .pressure = worker_pressure};
-    c->pool = wxg_pool_new(&pc, &ops, c, errstr, errstr_size);
-    if (!c->pool)
+    if (start_pool(c, errstr, errstr_size) != 0)
         goto fail;
     return c;
 
