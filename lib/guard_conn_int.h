@@ -87,9 +87,8 @@ typedef struct wxg__guard_keys {
 int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
                           const unsigned char fp[32], wxg__guard_keys_t *out);
 
-/* The payload tag stored as a marker's value: the first two bytes of the payload hash as a
- * signed 16-bit number (Redis keeps it as a 2-byte integer in the listpack); 0 for NULL. */
-int wxg__guard_payload_tag(const unsigned char *payload_hash);
+/* wxg__guard_payload_tag (guard_int.h) is a marker's value: Redis keeps it as a 2-byte integer
+ * in the bucket's listpack. */
 
 /* 1 when `prefix` is usable ([A-Za-z0-9:_.-], 1..WXG_GUARD_PREFIX_MAX bytes), else 0. */
 int wxg__guard_prefix_valid(const char *prefix);

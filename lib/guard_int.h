@@ -88,6 +88,10 @@ void wxg__guard_count_error(wxg_guard_stats_t *s, int rc);
 /* 1 when a ticket is usable (key set, fence > 0, owner of WXG_GUARD_OWNER_LEN characters). */
 int wxg__guard_ticket_valid(const wxg_guard_ticket_t *t);
 
+/* The payload tag stored with a DONE marker and carried by a claim's ticket: the first two
+ * bytes of the payload hash as a signed 16-bit number; 0 for NULL. */
+int wxg__guard_payload_tag(const unsigned char *payload_hash);
+
 /* 1 when `name` is a usable plugin name ([A-Za-z0-9_.-], 1..WXG_GUARD_PLUGIN_NAME_MAX bytes). */
 int wxg__guard_plugin_name_valid(const char *name);
 
