@@ -1,7 +1,7 @@
 /*
- * What the guard's two Redis designs (the Lua one in lib/guard.c, lib/guard_naive.c) share: the
- * design state with its connection, the key layout, the pipelined script-call runner and the
- * admin operations, all in lib/guard.c for now.
+ * What the guard's two Redis designs (lib/guard.c, lib/guard_naive.c) share: the design
+ * state with its connection (lib/guard.c), the key layout (lib/guard_layout.c), the
+ * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard.c).
  * guard_int.h says why the guard module has two internal headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
@@ -123,7 +123,7 @@ enum wxg__guard_script {
     WXG__S_COUNT
 };
 
-/* ---- The Redis designs' state and connection (lib/guard_conn.c) ---- */
+/* ---- The Redis designs' state and connection (lib/guard.c) ---- */
 
 /* One Sentinel of conf.sentinels. */
 typedef struct wxg__guard_sentinel {
@@ -207,7 +207,7 @@ int wxg__guard_refusal_code(const redisReply *r);
  * counts a demotion and drops the connection, so that the next call connects again. */
 void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
 
-/* ---- Pipelined script calls (lib/guard_lua.c) ----
+/* ---- Pipelined script calls (lib/guard.c) ----
  *
  * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
  * chunks of an API call pipelined in one round trip. */
@@ -289,7 +289,7 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
  * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
 int wxg__guard_parse_result(const redisReply *r, int *result);
 
-/* ---- The admin operations and ping of both Redis designs (lib/guard_admin.c) ----
+/* ---- The admin operations and ping of both Redis designs (lib/guard.c) ----
  *
  * Operations tables point at these; their arguments are checked as wxg__guard_ops_t says. They
  * read and write the Lua design's layout, whichever design the handle has. */
