@@ -1,6 +1,6 @@
 /*
  * What the guard's two Redis designs (lib/guard.c, lib/guard_naive.c) share: the design
- * state with its connection (lib/guard.c), the key layout (lib/guard_layout.c), the
+ * state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c), the
  * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard.c).
  * guard_int.h says why the guard module has two internal headers.
  *
@@ -123,7 +123,7 @@ enum wxg__guard_script {
     WXG__S_COUNT
 };
 
-/* ---- The Redis designs' state and connection (lib/guard.c) ---- */
+/* ---- The Redis designs' state and connection (lib/guard_conn.c) ---- */
 
 /* One Sentinel of conf.sentinels. */
 typedef struct wxg__guard_sentinel {
