@@ -11,11 +11,15 @@
  *     never blocks for long: a full pool leaves messages on a local backlog (the pending list)
  *     while polling goes on; a full backlog makes it wait for the workers for at most
  *     BACKLOG_WAIT_MS (see Backpressure); only a revoke waits, within its budget.
- *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
- *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
- *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
- *     Each worker has its own guard connection and plugin thread state; all of them share one
- *     near cache of DONE messages (lib/donecache.c, its own striped locks), created before the
+ *   - Worker threads (lib/pool.c) run batches of messages through the per-message pipeline
+ *     (lib/pipeline.c: claim, plugins, complete, retry, dead letter, FAILED mark, one guard
+ *     call per stage and batch); BUSY and RETRY go back to the pool with a delay instead of
+ *     sleeping. The pipeline sees no librdkafka type: dispatch fills each record's view
+ *     (rec_view: topic, partition, offset, timestamp, key, value, and its headers borrowed
+ *     from the Kafka message and read only for a dead letter), dead letters go through
+ *     dlq_sink, and a finished message comes back through job_finished. Each worker has its
+ *     own guard connection and plugin thread state (worker_init); all of them share one near
+ *     cache of DONE messages (lib/donecache.c, its own striped locks), created before the
  *     workers and destroyed after them.
  *   - The guard's watchdog thread renews the leases of claimed messages while plugins run.
  *

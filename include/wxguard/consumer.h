@@ -19,7 +19,8 @@
  *
  * Logging goes through wxguard/log.h (events: started, assigned, revoked, pause, resume,
  * decode_error, dead_lettered, guard_error, stats every 10 s with every counter, lag per
- * partition, stalled and stall_cleared, draining, stopped).
+ * partition, stalled and stall_cleared, pipeline_fatal and fatal when an error of the fatal
+ * class stops it, draining, drain_stopped, stopped).
  *
  * Metrics (docs/metrics.md) live in a wxg_metrics_t registry: counters are updated where the
  * event happens, gauges by the poll thread (at most every 100 ms; lag every second), and
