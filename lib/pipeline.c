@@ -24,10 +24,10 @@
  * plugins again.
  *
  * Threads: each worker thread has its own wxg__pl_worker_t (guard connection, plugin thread
- * state, scratch vectors of batch_max entries made once, so a run allocates nothing but a
- * dead letter's header array). The shared configuration is only read; metrics are atomics;
- * the health fields are atomics written by every worker. No lock is taken here; the finished
- * callback and the sink may take the caller's.
+ * state, scratch vectors of batch_max entries made once, so a run allocates nothing on the
+ * way to DONE: only a failure's reason and a dead letter's header array). The shared configuration
+ * is only read; metrics are atomics; the health fields are atomics written by every worker. No lock
+ * is taken here; the finished callback and the sink may take the caller's.
  *
  * Failure modes, decided by the error's class (wxg_err_class, include/wxguard/err.h): a guard
  * call that fails as a whole re-queues its items with a capped, jittered backoff and nothing
@@ -489,7 +489,7 @@ static int dead_letter(wxg__pl_worker_t *w, wxg__pl_item_t *it)
         requeue(w, it, WXG__PL_CLAIM, 0);
         return 0;
     }
-    /* The only allocation of a run, and only for a dead letter of a record with headers. */
+    /* Allocated only for a dead letter of a record with headers. */
     size_t nh = r->headers ? r->headers(r, NULL, 0) : 0;
     wxg_kafka_header_t *hv = nh ? calloc(nh, sizeof *hv) : NULL;
     nh = hv ? r->headers(r, hv, nh) : 0;
