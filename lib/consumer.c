@@ -11,11 +11,15 @@
  *     never blocks for long: a full pool leaves messages on a local backlog (the pending list)
  *     while polling goes on; a full backlog makes it wait for the workers for at most
  *     BACKLOG_WAIT_MS (see Backpressure); only a revoke waits, within its budget.
- *   - Worker threads (lib/pool.c) run batches of messages: one claim script call per batch,
- *     the plugin chain stage by stage (plugin_done markers batched per stage), one complete
- *     call per batch; BUSY and RETRY go back to the pool with a delay instead of sleeping.
- *     Each worker has its own guard connection and plugin thread state; all of them share one
- *     near cache of DONE messages (lib/donecache.c, its own striped locks), created before the
+ *   - Worker threads (lib/pool.c) run batches of messages through the per-message pipeline
+ *     (lib/pipeline.c: claim, plugins, complete, retry, dead letter, FAILED mark, one guard
+ *     call per stage and batch); BUSY and RETRY go back to the pool with a delay instead of
+ *     sleeping. The pipeline sees no librdkafka type: dispatch fills each record's view
+ *     (rec_view: topic, partition, offset, timestamp, key, value, and its headers borrowed
+ *     from the Kafka message and read only for a dead letter), dead letters go through
+ *     dlq_sink, and a finished message comes back through job_finished. Each worker has its
+ *     own guard connection and plugin thread state (worker_init); all of them share one near
+ *     cache of DONE messages (lib/donecache.c, its own striped locks), created before the
  *     workers and destroyed after them.
  *   - The guard's watchdog thread renews the leases of claimed messages while plugins run.
  *
@@ -24,16 +28,23 @@
  * finished in the offsets tracker when its last job finishes, unless a job was cancelled (its
  * partition was revoked): then the offset stays unfinished and the new owner redoes it.
  *
- * Locks: each partition has a small mutex (`cpart.mu`) over its list of records in flight (in
- * dispatch order) and its ring of claim times waiting for a commit. The poll thread takes it to
- * link a record, to find the oldest one for the stall detector and to match commits; whoever
- * drops a record's last reference takes it to unlink the record before freeing it, which is
- * what lets the poll thread read the oldest record's offset and key safely. It is held for a
- * few pointer moves only and nothing else is taken inside it; pool callbacks may take it
- * (lock order: pool lock, then cpart.mu). `ready_mu` guards the stall reason text for /readyz.
- * `room_mu` carries the pool's low-watermark wake-up to a poll thread waiting for room; the
- * callback takes it inside the pool lock, and nothing is taken while it is held.
- * Everything else is atomics.
+ * Partitions: one table (`parts`, grown by the poll thread only, entries never freed before
+ * the consumer) holds everything about a partition: its Kafka state (assigned, paused, lag,
+ * stall), its records in flight, its claim times waiting for a commit, and its finished
+ * watermark (a wxg_offsets_t, include/wxguard/offsets.h, which takes no lock of its own: it
+ * was a second table with a second lock per partition, and finishing a record took both).
+ *
+ * Locks: each partition has one small mutex (`cpart.mu`) over its list of records in flight (in
+ * dispatch order), its ring of claim times and its watermark. The poll thread takes it to
+ * dispatch and link a record, to read the watermark (store, commit, pause, lag, stalls), to
+ * find the oldest record for the stall detector and to match commits; whoever drops a record's
+ * last reference takes it once to unlink the record, note its claim time and finish its
+ * offset, which is what lets the poll thread read the oldest record's offset and key safely. It
+ * is held for a few pointer moves only and nothing else is taken inside it; pool callbacks may
+ * take it (lock order: pool lock, then cpart.mu). `ready_mu` guards the stall reason text for
+ * /readyz. `room_mu` carries the pool's low-watermark wake-up to a poll thread waiting for room;
+ * the callback takes it inside the pool lock, and nothing is taken while it is held. Everything
+ * else is atomics.
  *
  * Metrics: counters are metric handles (lib/metrics.c atomics) bumped where the event happens;
  * gauges are set by the poll thread (every GAUGE_EVERY_MS, lag every LAG_EVERY_MS from
@@ -65,8 +76,12 @@
  * submits the last message it has with wxg_pool_submit_last whenever nothing more is fetched, so at
  * light load a partial batch leaves at once and batching adds no latency; under load batches fill.
  *
- * Failure modes: Redis unreachable -> whole-batch re-queue with capped backoff (nothing
- * finishes, so nothing commits past it); WXG_EAUTH -> fatal, orderly shutdown; DLQ unwritable
+ * Failure modes, decided by the error's class (wxg_err_class, stop_if_fatal): Redis
+ * unreachable -> whole-batch re-queue with capped backoff (nothing finishes, so nothing commits
+ * past it); a fatal class (WXG_EAUTH, WXG_ECONFIG for a layout stamp that changed, from a
+ * worker or from the watchdog; WXG_ENOMEM; librdkafka's fatal error as WXG_ESTATE) -> orderly
+ * shutdown, whose drain stops once only delayed work is left, and wxg_consumer_run returns
+ * the code (wxguard-consumer exits 1); DLQ unwritable
  * -> the message waits and retries, holding its partition's watermark; stores for partitions no
  * longer ours (_STATE) and late completions are counted, not errors; a synchronous commit (at
  * a revoke, and the final one) that gets no answer within commit_timeout_ms is abandoned, and a
@@ -87,6 +102,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "err_int.h"
+#include "pipeline_int.h"
 #include "recycle_int.h"
 #include "wxguard/donecache.h"
 #include "wxguard/err.h"
@@ -94,64 +111,48 @@
 #include "wxguard/offsets.h"
 #include "wxguard/pool.h"
 
-#define REASON_MAX           512
-#define INFRA_BACKOFF_MAX_MS 2000
-#define STORE_EVERY_MS       20
-#define PAUSE_EVERY_MS       10
-#define BACKLOG_WAIT_MS      200
-#define ROOM_WAIT_MS         10
-#define FETCH_WAIT_MS        "100"
-#define STATS_EVERY_MS       10000
-#define GAUGE_EVERY_MS       100
-#define LAG_EVERY_MS         1000
-#define STALL_EVERY_MS       200
-#define REDIS_DOWN_HOLD_MS   30000
-#define C2C_RING             2048
-#define LAT_BUCKETS          128
-#define KEY_LOG_MAX          160
-#define CACHE_LINE           64
+#define STORE_EVERY_MS     20
+#define PAUSE_EVERY_MS     10
+#define BACKLOG_WAIT_MS    200
+#define ROOM_WAIT_MS       10
+#define FETCH_WAIT_MS      "100"
+#define STATS_EVERY_MS     10000
+#define GAUGE_EVERY_MS     100
+#define LAG_EVERY_MS       1000
+#define STALL_EVERY_MS     200
+#define REDIS_DOWN_HOLD_MS 30000
+#define C2C_RING           2048
+#define LAT_BUCKETS        128
+#define KEY_LOG_MAX        160
+#define CACHE_LINE         64
 /* Memory the poll thread keeps for reuse instead of freeing (recycle_int.h): chunks of decoded
  * batches, and the bookkeeping of one-message records. */
 #define DECODE_CACHE_BYTES ((size_t)4 << 20)
 #define SPARE_REC_BYTES    ((size_t)2 << 20)
 
-enum { PH_CLAIM = 0, PH_COMPLETE, PH_DLQ, PH_FAILMARK };
-enum { OUT_ACTIVE = 0, OUT_OK, OUT_RETRY, OUT_FAIL, OUT_LOST };
-
 typedef struct cpart cpart;
 typedef struct rec rec;
 
+/* One message of a record: its pipeline item (first, so that the pool's item pointer is the
+ * job's), and what the poll thread needs to route it. */
 typedef struct job {
+    wxg__pl_item_t it;
     rec *r;
-    const wxg_msg_view_t *msg; /* NULL: the record did not decode */
-    struct job *pnext;         /* pending list */
+    struct job *pnext; /* pending list */
     uint64_t conv;
-    int phase;
-    int outcome;
-    int has_claim;
-    size_t slot;
-    wxg_guard_claim_t claim;
-    wxg_guard_watch_t *watch;
-    atomic_int done; /* finished or cancelled: the stall detector names the first job left */
-    uint32_t errors; /* consecutive infrastructure errors, for backoff */
-    uint32_t attempts;
-    int fail_code;
-    const char *fail_plugin;
-    char *fail_reason;
-    int64_t first_failure_ms, last_failure_ms;
 } job;
 
 struct rec {
     rd_kafka_message_t *rkm;
+    wxg__pl_record_t view; /* what the pipeline sees of rkm */
     int64_t dispatched_us;
     wxg_batch_t *batch;
     cpart *part;
     wxg_offsets_ticket_t ticket;
     atomic_int refs;
     atomic_int cancelled;
-    atomic_int_fast64_t claimed_us; /* first claim call's time, 0 before it */
-    rec *lprev, *lnext;             /* the partition's in-flight list, under part->mu */
-    rec *fnext;                     /* the released list (consumer.released) */
+    rec *lprev, *lnext; /* the partition's in-flight list, under part->mu */
+    rec *fnext;         /* the released list (consumer.released) */
     int decode_err;
     char *decode_reason;
     size_t njobs;
@@ -164,61 +165,41 @@ typedef struct c2c_entry {
     uint64_t epoch;
 } c2c_entry;
 
+/* Everything the consumer keeps about one partition, in one place under one lock: created by
+ * the poll thread at its first assignment and kept until the consumer is destroyed, so that a
+ * record's `part` never dangles. */
 struct cpart {
     char *topic;
     int32_t partition;
     uint64_t tag;
+    /* Poll thread only. */
     int assigned;
     int paused;
-    int64_t paused_since_ms; /* when backpressure paused it (poll thread) */
-    uint64_t epoch;          /* of the current assignment (poll thread) */
-    int stalled;             /* the stall detector's state (poll thread) */
+    int64_t paused_since_ms; /* when backpressure paused it */
+    uint64_t epoch;          /* of the current assignment (the watermark's) */
+    int stalled;             /* the stall detector's state */
     int64_t stalled_offset;
     wxg_metric_t *lag;
-    pthread_mutex_t mu; /* head/tail and the c2c ring */
-    rec *head, *tail;   /* records in flight, oldest first */
-    c2c_entry *c2c;     /* C2C_RING entries: finished records waiting for a commit */
-    size_t c2c_head, c2c_len;
     int64_t next; /* offset after the last record dispatched, -1 when unknown */
+    /* Under mu, from any thread. */
+    pthread_mutex_t mu;
+    rec *head, *tail; /* records in flight, oldest first */
+    c2c_entry *c2c;   /* C2C_RING entries: finished records waiting for a commit */
+    size_t c2c_head, c2c_len;
+    wxg_offsets_t *wm; /* the finished watermark of the current assignment */
 };
 
-/* The consumer's metric handles (docs/metrics.md). */
-enum { CL_CLAIMED = 0, CL_DUPLICATE, CL_BUSY, CL_N };
-enum { GE_CLAIM = 0, GE_COMPLETE, GE_FAIL, GE_PLUGIN_DONE, GE_N };
-enum { PR_OK = 0, PR_RETRY, PR_FAIL, PR_N };
+/* The consumer's metric handles (docs/metrics.md); those the pipeline bumps are in `pl`. */
 typedef struct cmetrics {
     wxg_metrics_t *reg;
     wxg_metrics_t *own; /* a private registry when the caller gave none */
-    wxg_metric_t *records, *decode_errors, *claims[CL_N], *mismatches, *guard_errors[GE_N];
-    wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost, *commits;
+    wxg__pl_metrics_t pl;
+    wxg_metric_t *records, *decode_errors, *commits;
     wxg_metric_t *commit_failures, *assigns, *revokes, *revoke_timeouts;
     wxg_metric_t *inflight, *queue, *assigned, *paused, *oldest, *stalled, *redis_up;
-    wxg_metric_t *claim_seconds, *c2c_seconds;
-    wxg_metric_t *cache_hits, *cache_entries, *cache_evictions;
-    wxg_metric_t **plugin_results; /* nplugins * PR_N */
-    wxg_metric_t **plugin_seconds; /* nplugins */
+    wxg_metric_t *c2c_seconds;
+    wxg_metric_t *cache_entries, *cache_evictions;
 } cmetrics;
-
-typedef struct wstate {
-    wxg_consumer_t *c;
-    unsigned index;
-    wxg_guard_t *g;
-    wxg_plugin_thread_t *pt;
-    unsigned seed;
-    uint64_t round_trips_seen;
-    int64_t *out;
-    job **claimv, **chainv, **completev, **retryv, **dlqv, **failv;
-    wxg_guard_msg_t *msgs;
-    wxg_guard_claim_t *claims;
-    wxg_guard_ticket_t *tickets;
-    int *results;
-    wxg_guard_plugin_done_t *dones;
-    job **donejobs;
-    /* Copies of the results the dones point at: a plugin's call record lives only for its
-     * call, while the markers of one stage travel together after the stage. */
-    char (*doneres)[WXG_PLUGIN_RESULT_MAX + 1];
-    wxg_guard_failure_t *failures;
-} wstate;
 
 struct wxg_consumer_s {
     wxg_consumer_conf_t conf;
@@ -226,8 +207,8 @@ struct wxg_consumer_s {
     char **topics;
     char *group_id;
     rd_kafka_t *rk;
-    rd_kafka_queue_t *rkq; /* the consumer queue, for rd_kafka_queue_yield() */
-    wxg_offsets_t *offsets;
+    rd_kafka_queue_t *rkq;         /* the consumer queue, for rd_kafka_queue_yield() */
+    wxg__pipeline_conf_t pipeline; /* shared by the workers' pipelines */
     wxg_pool_t *pool;
     wxg_guard_watchdog_t *wd;
     /* The near cache the workers share (guard_conf.done_cache); owned when created here, and
@@ -281,12 +262,11 @@ struct wxg_consumer_s {
     atomic_size_t pending_n;
     atomic_int_fast64_t lag;
     char pad_counters[CACHE_LINE];
-    atomic_uint_fast64_t round_trips, batches, batched_jobs;
+    atomic_uint_fast64_t batches, batched_jobs;
+    wxg__pl_health_t health; /* the workers' latest Redis contact and round trips */
 
     /* Readiness. */
-    atomic_int joined;                             /* an assignment (possibly empty) arrived */
-    atomic_int_fast64_t redis_ok_ms, redis_err_ms; /* latest whole guard call success/failure */
-    atomic_int redis_err;                          /* the WXG_E* code of that failure */
+    atomic_int joined; /* an assignment (possibly empty) arrived */
     atomic_size_t stalled_n;
     int redis_down_logged;    /* check_redis() logged an outage not yet over (poll thread) */
     pthread_mutex_t ready_mu; /* stall_reason */
@@ -349,13 +329,6 @@ static int64_t latency_quantile(wxg_consumer_t *c, double q)
     return (int64_t)v;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void wxg_consumer_conf_init(wxg_consumer_conf_t *conf)
 {
     if (!conf)
@@ -389,7 +362,7 @@ static size_t rec_size(size_t n)
 static void rec_free(wxg_consumer_t *c, rec *r)
 {
     for (size_t i = 0; i < r->njobs; i++)
-        free(r->jobs[i].fail_reason);
+        wxg__pipeline_item_clear(&r->jobs[i].it);
     wxg_batch_free(r->batch);
     free(r->decode_reason);
     if (r->rkm)
@@ -422,7 +395,7 @@ static void rec_release(wxg_consumer_t *c, rec *r)
         return;
     cpart *p = r->part;
     int cancelled = atomic_load(&r->cancelled);
-    int64_t claimed = atomic_load(&r->claimed_us);
+    int64_t claimed = atomic_load(&r->view.claimed_us);
     pthread_mutex_lock(&p->mu);
     if (r->lprev)
         r->lprev->lnext = r->lnext;
@@ -440,488 +413,79 @@ static void rec_release(wxg_consumer_t *c, rec *r)
             (c2c_entry){.offset = r->rkm->offset, .claimed_us = claimed, .epoch = r->ticket.epoch};
         p->c2c_len++;
     }
+    int stale = !cancelled && wxg_offsets_finish(p->wm, &r->ticket) == WXG_ESTATE;
     pthread_mutex_unlock(&p->mu);
-    if (!cancelled) {
-        if (wxg_offsets_finish(&r->ticket) == WXG_ESTATE)
-            atomic_fetch_add(&c->stale_finishes, 1);
-        else
-            latency_observe(c, mono_us() - r->dispatched_us);
-    }
+    if (stale)
+        atomic_fetch_add(&c->stale_finishes, 1);
+    else if (!cancelled)
+        latency_observe(c, mono_us() - r->dispatched_us);
     rec *head = atomic_load(&c->released);
     do {
         r->fnext = head;
     } while (!atomic_compare_exchange_weak(&c->released, &head, r));
 }
 
-static void job_drop_claim(wxg_consumer_t *c, job *j)
+/* The pipeline finished a job (any worker thread): drop its reference on the record. */
+static void job_finished(void *arg, wxg__pl_item_t *it)
 {
-    if (j->watch) {
-        wxg_guard_watchdog_remove(c->wd, j->watch);
-        j->watch = NULL;
-    }
-    if (j->has_claim) {
-        wxg_guard_claim_clear(&j->claim);
-        j->has_claim = 0;
-    }
+    wxg_consumer_t *c = arg;
+    rec_release(c, ((job *)it)->r);
 }
 
-static void job_finish(wxg_consumer_t *c, job *j)
+/* The record's headers for a dead letter, borrowed from the Kafka message (pipeline_int.h). */
+static size_t rec_headers(const wxg__pl_record_t *v, wxg_kafka_header_t *out, size_t cap)
 {
-    atomic_store(&j->done, 1);
-    job_drop_claim(c, j);
-    rec_release(c, j->r);
+    rd_kafka_headers_t *hdrs = NULL;
+    rd_kafka_message_t *m = (rd_kafka_message_t *)v->headers_src;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR || !hdrs)
+        return 0;
+    size_t cnt = rd_kafka_header_cnt(hdrs);
+    if (!out)
+        return cnt;
+    size_t n = 0;
+    for (size_t i = 0; i < cnt && n < cap; i++) {
+        const char *name;
+        const void *val;
+        size_t size;
+        if (rd_kafka_header_get_all(hdrs, i, &name, &val, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            break;
+        out[n++] = (wxg_kafka_header_t){.name = name, .value = val, .value_len = size};
+    }
+    return n;
 }
 
-static void job_set_failure(job *j, int code, const char *plugin, const char *reason)
+/* The pipeline's dead-letter sink: the configured dead-letter topic. */
+static int dlq_sink(void *arg, const wxg_dlq_record_t *dr, char *errstr, size_t errstr_size)
 {
-    int64_t now = wall_ms();
-    if (!j->first_failure_ms)
-        j->first_failure_ms = now;
-    j->last_failure_ms = now;
-    j->fail_code = code;
-    j->fail_plugin = plugin;
-    free(j->fail_reason);
-    j->fail_reason = reason ? strdup(reason) : NULL;
+    wxg_consumer_t *c = arg;
+    return wxg_dlq_write(c->conf.dlq, dr, NULL, errstr, errstr_size);
 }
 
 /* ---- workers ---- */
 
-static int64_t backoff_ms(wstate *ws, uint32_t n, int64_t initial, int64_t max)
+/* Decides by the error's class (include/wxguard/err.h) whether the consumer can go on: a fatal
+ * one stops it (the first such code is what wxg_consumer_run returns). Returns 1 when it was
+ * fatal. Any thread. */
+static int stop_if_fatal(wxg_consumer_t *c, int rc)
 {
-    if (n == 0)
-        n = 1;
-    int64_t d = initial;
-    for (uint32_t i = 1; i < n && d < max; i++)
-        d *= 2;
-    if (d > max)
-        d = max;
-    if (d < 2)
-        return d;
-    /* Half fixed, half random: retries of many messages spread out instead of marching. */
-    return d / 2 + (int64_t)(rand_r(&ws->seed) % (unsigned)(d / 2 + 1));
-}
-
-static int64_t infra_backoff(wstate *ws, job *j)
-{
-    j->errors++;
-    int64_t max = ws->c->conf.backoff_max_ms < INFRA_BACKOFF_MAX_MS ? ws->c->conf.backoff_max_ms
-                                                                    : INFRA_BACKOFF_MAX_MS;
-    return backoff_ms(ws, j->errors, 50, max);
-}
-
-static void finished(wstate *ws, job *j)
-{
-    ws->out[j->slot] = WXG_POOL_FINISHED;
-    job_finish(ws->c, j);
-}
-
-static void requeue(wstate *ws, job *j, int phase, int64_t delay_ms)
-{
-    if (phase == PH_CLAIM)
-        job_drop_claim(ws->c, j);
-    j->phase = phase;
-    ws->out[j->slot] = delay_ms < 0 ? 0 : delay_ms;
-}
-
-/* A guard call that reached Redis and got its answers: Redis is reachable. */
-static void redis_ok(wxg_consumer_t *c)
-{
-    atomic_store(&c->redis_ok_ms, mono_ms());
-}
-
-static void note_guard_error(wstate *ws, int op_index, int rc, size_t n)
-{
-    static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
-    const char *op = ops[op_index];
-    wxg_consumer_t *c = ws->c;
-    wxg_counter_inc(c->m.guard_errors[op_index]);
-    atomic_store(&c->redis_err, rc);
-    atomic_store(&c->redis_err_ms, mono_ms());
-    if (rc == WXG_EAUTH) {
-        int expected = 0;
-        atomic_compare_exchange_strong(&c->fatal, &expected, rc);
-    }
-    wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", op), WXG_LERR(rc),
-            WXG_LU("worker", ws->index), WXG_LU("batch", n));
-}
-
-static const char *prev_result(const job *j, const char *plugin)
-{
-    for (size_t i = 0; i < j->claim.n_finished; i++) {
-        if (strcmp(j->claim.finished[i].name, plugin) == 0)
-            return (const char *)j->claim.finished[i].result;
-    }
-    return NULL;
-}
-
-static int plugin_finished(const job *j, const char *plugin)
-{
-    for (size_t i = 0; i < j->claim.n_finished; i++) {
-        if (strcmp(j->claim.finished[i].name, plugin) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* Runs the chain for the claimed jobs, stage by stage, so that the done-markers of one stage
- * travel in one script call. The last plugin gets no marker: complete records it. */
-static void run_chain(wstate *ws, job **v, size_t n)
-{
-    wxg_consumer_t *c = ws->c;
-    size_t np = c->nplugins;
-    for (size_t s = 0; s < np; s++) {
-        const char *name = wxg_plugin_chain_name(c->conf.chain, s);
-        size_t nd = 0;
-        for (size_t k = 0; k < n; k++) {
-            job *j = v[k];
-            if (j->outcome != OUT_ACTIVE || plugin_finished(j, name))
-                continue;
-            int st = wxg_guard_watch_status(j->watch);
-            if (st != WXG_GUARD_WATCH_LIVE) {
-                j->outcome = OUT_LOST;
-                continue;
-            }
-            wxg_plugin_call_t call;
-            wxg_plugin_call_init(&call);
-            call.key = j->msg->key;
-            call.fence = j->claim.ticket.fence;
-            call.attempt = j->claim.attempt;
-            call.topic = j->r->part->topic;
-            call.partition = j->r->part->partition;
-            call.offset = j->r->rkm->offset;
-            call.prev_result = prev_result(j, name);
-            int64_t t0 = mono_us();
-            wxg_plugin_result_t res =
-                wxg_plugin_chain_handle(c->conf.chain, ws->pt, s, j->msg, &call);
-            wxg_histogram_observe(c->m.plugin_seconds[s], (double)(mono_us() - t0) / 1e6);
-            wxg_counter_inc(c->m.plugin_results[s * PR_N + (res == WXG_PLUGIN_OK      ? PR_OK
-                                                            : res == WXG_PLUGIN_RETRY ? PR_RETRY
-                                                                                      : PR_FAIL)]);
-            if (res == WXG_PLUGIN_OK) {
-                if (s + 1 < np) {
-                    size_t rl = 0;
-                    if (call.has_result) {
-                        rl = strlen(call.result);
-                        memcpy(ws->doneres[nd], call.result, rl + 1);
-                    }
-                    ws->dones[nd] = (wxg_guard_plugin_done_t){
-                        .ticket = &j->claim.ticket,
-                        .plugin = name,
-                        .result = call.has_result ? ws->doneres[nd] : NULL,
-                        .result_len = rl};
-                    ws->donejobs[nd++] = j;
-                }
-                continue;
-            }
-            j->outcome = res == WXG_PLUGIN_RETRY ? OUT_RETRY : OUT_FAIL;
-            job_set_failure(j, WXG_EPLUGIN, name, call.reason[0] ? call.reason : NULL);
-        }
-        if (nd == 0)
-            continue;
-        int rc = wxg_guard_plugin_done_batch(ws->g, ws->dones, nd, ws->results);
-        if (rc != 0) {
-            /* The markers only spare work after a partial failure; complete is what counts,
-             * so go on and let complete decide. */
-            note_guard_error(ws, GE_PLUGIN_DONE, rc, nd);
-            continue;
-        }
-        redis_ok(c);
-        for (size_t k = 0; k < nd; k++) {
-            if (ws->results[k] == WXG_GUARD_LEASE_LOST)
-                ws->donejobs[k]->outcome = OUT_LOST;
-        }
-    }
-}
-
-/* Returns 1 when the record is written and the job's FAILED mark is still to be set; the job
- * is finished or re-queued otherwise (and must not be touched again: it may be freed). */
-static int write_dlq(wstate *ws, job *j)
-{
-    wxg_consumer_t *c = ws->c;
-    rec *r = j->r;
-    rd_kafka_message_t *m = r->rkm;
-    if (j->has_claim && wxg_guard_watch_status(j->watch) == WXG_GUARD_WATCH_LOST) {
-        /* Another owner took the message over meanwhile: let a fresh claim decide. */
-        wxg_counter_inc(c->m.lease_lost);
-        requeue(ws, j, PH_CLAIM, 0);
+    if (wxg_err_class(rc) != WXG_CLASS_FATAL)
         return 0;
-    }
-    rd_kafka_headers_t *hdrs = NULL;
-    wxg_kafka_header_t *hv = NULL;
-    size_t nh = 0;
-    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR && hdrs) {
-        size_t cnt = rd_kafka_header_cnt(hdrs);
-        hv = cnt ? calloc(cnt, sizeof *hv) : NULL;
-        for (size_t i = 0; hv && i < cnt; i++) {
-            const char *name;
-            const void *val;
-            size_t size;
-            if (rd_kafka_header_get_all(hdrs, i, &name, &val, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
-                break;
-            hv[nh++] = (wxg_kafka_header_t){.name = name, .value = val, .value_len = size};
-        }
-    }
-    rd_kafka_timestamp_type_t tst;
-    int64_t ts = rd_kafka_message_timestamp(m, &tst);
-    wxg_dlq_record_t dr = {
-        .topic = r->part->topic,
-        .partition = r->part->partition,
-        .offset = m->offset,
-        .key = m->key,
-        .key_len = m->key_len,
-        .value = m->payload,
-        .value_len = m->len,
-        .headers = hv,
-        .header_count = nh,
-        .timestamp_ms = ts,
-        .error = j->fail_code ? j->fail_code : WXG_EPLUGIN,
-        .reason = j->fail_reason,
-        .attempts = j->attempts,
-        .first_failure_ms = j->first_failure_ms,
-        .last_failure_ms = j->last_failure_ms,
-        .idempotency_key = j->msg ? j->msg->key : NULL,
-        .plugin = j->fail_plugin,
-    };
-    char err[256] = "";
-    int rc = wxg_dlq_write(c->conf.dlq, &dr, NULL, err, sizeof err);
-    free(hv);
-    if (rc != 0) {
-        wxg_counter_inc(c->m.dlq_errors);
-        wxg_log(WXG_LOG_ERROR, "dlq_write_failed", WXG_LS("topic", r->part->topic),
-                WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset), WXG_LERR(rc),
-                WXG_LS("reason", err));
-        requeue(ws, j, PH_DLQ, infra_backoff(ws, j));
-        return 0;
-    }
-    j->errors = 0;
-    wxg_counter_inc(c->m.dlq_writes);
-    wxg_log(WXG_LOG_WARN, "dead_lettered", WXG_LS("topic", r->part->topic),
-            WXG_LI("partition", r->part->partition), WXG_LI("offset", m->offset),
-            WXG_LERR(dr.error), WXG_LU("attempts", j->attempts), WXG_LS("plugin", j->fail_plugin),
-            WXG_LID("key", j->msg ? j->msg->key : NULL),
-            WXG_LS("reason", j->fail_reason ? j->fail_reason : wxg_strerror(dr.error)));
-    if (j->has_claim) {
-        j->phase = PH_FAILMARK; /* picked up by the fail-mark step of this same run */
-        return 1;
-    }
-    finished(ws, j);
-    return 0;
+    int expected = 0;
+    atomic_compare_exchange_strong(&c->fatal, &expected, rc);
+    return 1;
 }
 
-static void mark_failed(wstate *ws, job **v, size_t n)
+static void worker_run(void *opaque, void *wstate, void *const *items, size_t n, int64_t *out)
 {
-    if (n == 0)
-        return;
-    for (size_t k = 0; k < n; k++) {
-        ws->failures[k] = (wxg_guard_failure_t){
-            .ticket = &v[k]->claim.ticket, .reason = v[k]->fail_reason, .attempts = v[k]->attempts};
-    }
-    int rc = wxg_guard_fail_batch(ws->g, ws->failures, n, ws->results);
-    if (rc != 0) {
-        note_guard_error(ws, GE_FAIL, rc, n);
-        for (size_t k = 0; k < n; k++)
-            requeue(ws, v[k], PH_FAILMARK, infra_backoff(ws, v[k]));
-        return;
-    }
-    redis_ok(ws->c);
-    for (size_t k = 0; k < n; k++) {
-        if (ws->results[k] == WXG_GUARD_LEASE_LOST)
-            wxg_counter_inc(ws->c->m.lease_lost);
-        finished(ws, v[k]); /* the DLQ record is durable either way */
-    }
-}
-
-static void worker_run(void *opaque, void *wstate_, void *const *items, size_t n, int64_t *out)
-{
-    wxg_consumer_t *c = opaque;
-    wstate *ws = wstate_;
-    ws->out = out;
-    size_t nclaim = 0, nchain = 0, ncomplete = 0, nretry = 0, ndlq = 0, nfail = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        job *j = items[i];
-        j->slot = i;
-        out[i] = WXG_POOL_FINISHED;
-        switch (j->phase) {
-        case PH_CLAIM:
-            ws->claimv[nclaim++] = j;
-            break;
-        case PH_COMPLETE:
-            ws->completev[ncomplete++] = j;
-            break;
-        case PH_DLQ:
-            ws->dlqv[ndlq++] = j;
-            break;
-        default:
-            ws->failv[nfail++] = j;
-            break;
-        }
-    }
-
-    /* 1. Claim. */
-    if (nclaim > 0) {
-        for (size_t k = 0; k < nclaim; k++) {
-            job *j = ws->claimv[k];
-            ws->msgs[k] = (wxg_guard_msg_t){.key = j->msg->key,
-                                            .key_len = strlen(j->msg->key),
-                                            .payload_hash = j->msg->payload_hash};
-        }
-        memset(ws->claims, 0, nclaim * sizeof *ws->claims);
-        int64_t t0 = mono_us();
-        int rc = wxg_guard_claim_batch(ws->g, ws->msgs, nclaim, ws->claims);
-        int64_t t1 = mono_us();
-        wxg_histogram_observe(c->m.claim_seconds, (double)(t1 - t0) / 1e6);
-        if (rc != 0) {
-            note_guard_error(ws, GE_CLAIM, rc, nclaim);
-            for (size_t k = 0; k < nclaim; k++)
-                requeue(ws, ws->claimv[k], PH_CLAIM, infra_backoff(ws, ws->claimv[k]));
-            nclaim = 0;
-        } else {
-            redis_ok(c);
-        }
-        for (size_t k = 0; k < nclaim; k++) {
-            job *j = ws->claimv[k];
-            wxg_guard_claim_t *cl = &ws->claims[k];
-            int_fast64_t unset = 0;
-            j->errors = 0;
-            /* The record's claim-to-commit clock starts at its first claim answer. */
-            atomic_compare_exchange_strong(&j->r->claimed_us, &unset, t0);
-            switch (cl->outcome) {
-            case WXG_GUARD_DUPLICATE:
-                wxg_counter_inc(c->m.claims[CL_DUPLICATE]);
-                if (cl->cached)
-                    wxg_counter_inc(c->m.cache_hits);
-                if (cl->payload_mismatch)
-                    wxg_counter_inc(c->m.mismatches);
-                wxg_guard_claim_clear(cl);
-                finished(ws, j);
-                break;
-            case WXG_GUARD_BUSY: {
-                wxg_counter_inc(c->m.claims[CL_BUSY]);
-                int64_t d = cl->lease_ms_left > 0 ? cl->lease_ms_left : 0;
-                wxg_guard_claim_clear(cl);
-                requeue(ws, j, PH_CLAIM, d + 5 + rand_r(&ws->seed) % 50);
-                break;
-            }
-            case WXG_GUARD_CLAIMED:
-                wxg_counter_inc(c->m.claims[CL_CLAIMED]);
-                j->claim = *cl; /* takes over what the result owns */
-                memset(cl, 0, sizeof *cl);
-                j->claim.ticket.key = j->msg->key;
-                j->has_claim = 1;
-                j->attempts = j->claim.attempt;
-                j->outcome = OUT_ACTIVE;
-                j->watch = wxg_guard_watchdog_add(c->wd, &j->claim.ticket);
-                if (!j->watch) {
-                    requeue(ws, j, PH_CLAIM, infra_backoff(ws, j));
-                    break;
-                }
-                ws->chainv[nchain++] = j;
-                break;
-            default:
-                wxg_guard_claim_clear(cl);
-                requeue(ws, j, PH_CLAIM, infra_backoff(ws, j));
-                break;
-            }
-        }
-    }
-
-    /* 2. Plugins. */
-    if (nchain > 0) {
-        run_chain(ws, ws->chainv, nchain);
-        for (size_t k = 0; k < nchain; k++) {
-            job *j = ws->chainv[k];
-            switch (j->outcome) {
-            case OUT_ACTIVE:
-                ws->completev[ncomplete++] = j;
-                break;
-            case OUT_LOST:
-                wxg_counter_inc(c->m.lease_lost);
-                requeue(ws, j, PH_CLAIM, 0);
-                break;
-            case OUT_RETRY:
-                if (j->attempts < c->conf.retry_max) {
-                    ws->retryv[nretry++] = j;
-                    break;
-                }
-                ws->dlqv[ndlq++] = j;
-                break;
-            default:
-                ws->dlqv[ndlq++] = j;
-                break;
-            }
-        }
-    }
-
-    /* 3. Complete. */
-    if (ncomplete > 0) {
-        for (size_t k = 0; k < ncomplete; k++)
-            ws->tickets[k] = ws->completev[k]->claim.ticket;
-        int rc = wxg_guard_complete_batch(ws->g, ws->tickets, ncomplete, ws->results);
-        if (rc != 0) {
-            note_guard_error(ws, GE_COMPLETE, rc, ncomplete);
-            for (size_t k = 0; k < ncomplete; k++)
-                requeue(ws, ws->completev[k], PH_COMPLETE, infra_backoff(ws, ws->completev[k]));
-        } else {
-            redis_ok(c);
-            for (size_t k = 0; k < ncomplete; k++) {
-                job *j = ws->completev[k];
-                if (ws->results[k] == WXG_GUARD_LEASE_LOST) {
-                    wxg_counter_inc(c->m.lease_lost);
-                    requeue(ws, j, PH_CLAIM, 0);
-                    continue;
-                }
-                j->errors = 0;
-                wxg_counter_inc(c->m.processed);
-                finished(ws, j);
-            }
-        }
-    }
-
-    /* 4. Retries: drop the lease (FAILED keeps the fence and the finished plugins) and come
-     * back after the backoff. */
-    if (nretry > 0) {
-        for (size_t k = 0; k < nretry; k++) {
-            job *j = ws->retryv[k];
-            ws->failures[k] = (wxg_guard_failure_t){
-                .ticket = &j->claim.ticket, .reason = j->fail_reason, .attempts = j->attempts};
-        }
-        int rc = wxg_guard_fail_batch(ws->g, ws->failures, nretry, ws->results);
-        if (rc != 0)
-            note_guard_error(ws, GE_FAIL, rc, nretry); /* the lease runs out by itself */
-        else
-            redis_ok(c);
-        for (size_t k = 0; k < nretry; k++) {
-            job *j = ws->retryv[k];
-            wxg_counter_inc(c->m.retries);
-            requeue(
-                ws, j, PH_CLAIM,
-                backoff_ms(ws, j->attempts, c->conf.backoff_initial_ms, c->conf.backoff_max_ms));
-        }
-    }
-
-    /* 5. Dead letters, then the FAILED marks of what was written. */
-    for (size_t k = 0; k < ndlq; k++) {
-        job *j = ws->dlqv[k];
-        j->phase = PH_DLQ;
-        if (write_dlq(ws, j))
-            ws->failv[nfail++] = j;
-    }
-    mark_failed(ws, ws->failv, nfail);
-
-    wxg_guard_stats_t gs;
-    wxg_guard_get_stats(ws->g, &gs);
-    atomic_fetch_add(&c->round_trips, gs.round_trips - ws->round_trips_seen);
-    ws->round_trips_seen = gs.round_trips;
+    stop_if_fatal(opaque, wxg__pipeline_run(wstate, items, n, out));
 }
 
 static void worker_cancelled(void *opaque, void *item)
 {
     wxg_consumer_t *c = opaque;
     job *j = item;
-    atomic_store(&j->done, 1);
+    wxg__pipeline_item_drop(&c->pipeline, &j->it);
     atomic_store(&j->r->cancelled, 1);
-    job_drop_claim(c, j);
     rec_release(c, j->r);
 }
 
@@ -960,79 +524,31 @@ static void wait_for_room(wxg_consumer_t *c, int64_t ms)
     pthread_mutex_unlock(&c->room_mu);
 }
 
-static void wstate_free(wstate *ws)
-{
-    if (!ws)
-        return;
-    wxg_plugin_thread_destroy(ws->pt);
-    wxg_guard_destroy(ws->g);
-    free(ws->claimv);
-    free(ws->chainv);
-    free(ws->completev);
-    free(ws->retryv);
-    free(ws->dlqv);
-    free(ws->failv);
-    free(ws->msgs);
-    free(ws->claims);
-    free(ws->tickets);
-    free(ws->results);
-    free(ws->dones);
-    free(ws->donejobs);
-    free(ws->doneres);
-    free(ws->failures);
-    free(ws);
-}
-
+/* A worker's pipeline, with its own guard connection and plugin thread state. */
 static int worker_init(void *opaque, unsigned worker, void **out, char *errstr, size_t errstr_size)
 {
     wxg_consumer_t *c = opaque;
-    size_t b = c->conf.batch_max;
-    int rc = WXG_ENOMEM;
-    wstate *ws = calloc(1, sizeof *ws);
-    if (!ws)
-        goto fail;
-    ws->c = c;
-    ws->index = worker;
-    ws->seed = (unsigned)time(NULL) ^ (worker * 2654435761u);
-    ws->claimv = calloc(b, sizeof *ws->claimv);
-    ws->chainv = calloc(b, sizeof *ws->chainv);
-    ws->completev = calloc(b, sizeof *ws->completev);
-    ws->retryv = calloc(b, sizeof *ws->retryv);
-    ws->dlqv = calloc(b, sizeof *ws->dlqv);
-    ws->failv = calloc(b, sizeof *ws->failv);
-    ws->msgs = calloc(b, sizeof *ws->msgs);
-    ws->claims = calloc(b, sizeof *ws->claims);
-    ws->tickets = calloc(b, sizeof *ws->tickets);
-    ws->results = calloc(b, sizeof *ws->results);
-    ws->dones = calloc(b, sizeof *ws->dones);
-    ws->donejobs = calloc(b, sizeof *ws->donejobs);
-    ws->doneres = calloc(b, sizeof *ws->doneres);
-    ws->failures = calloc(b, sizeof *ws->failures);
-    if (!ws->claimv || !ws->chainv || !ws->completev || !ws->retryv || !ws->dlqv || !ws->failv ||
-        !ws->msgs || !ws->claims || !ws->tickets || !ws->results || !ws->dones || !ws->donejobs ||
-        !ws->doneres || !ws->failures) {
-        snprintf(errstr, errstr_size, "out of memory");
-        goto fail;
-    }
     int gerr = 0;
-    ws->g = wxg_guard_new(&c->guard_conf, &gerr, errstr, errstr_size);
-    if (!ws->g) {
-        rc = gerr ? gerr : WXG_ECONN;
-        goto fail;
+    wxg_guard_t *g = wxg_guard_new(&c->guard_conf, &gerr, errstr, errstr_size);
+    if (!g)
+        return gerr ? gerr : WXG_ECONN;
+    wxg_plugin_thread_t *pt = NULL;
+    int rc = wxg_plugin_thread_new(c->conf.chain, &pt, errstr, errstr_size);
+    if (rc != 0) {
+        wxg_guard_destroy(g);
+        return rc;
     }
-    rc = wxg_plugin_thread_new(c->conf.chain, &ws->pt, errstr, errstr_size);
-    if (rc != 0)
-        goto fail;
-    *out = ws;
+    wxg__pl_worker_t *w =
+        wxg__pipeline_worker_new(&c->pipeline, worker, g, pt, errstr, errstr_size);
+    if (!w)
+        return WXG_ENOMEM;
+    *out = w;
     return 0;
-fail:
-    wstate_free(ws);
-    return rc;
 }
 
-static void worker_fini(void *opaque, unsigned worker, void *wstate_)
+static void worker_fini(void *opaque, unsigned worker, void *wstate)
 {
-    wstate_free(wstate_);
+    wxg__pipeline_worker_destroy(wstate);
 }
 
 /* ---- partitions (poll thread) ---- */
@@ -1070,7 +586,9 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
         return NULL;
     p->topic = strdup(topic);
     p->c2c = calloc(C2C_RING, sizeof *p->c2c);
-    if (!p->topic || !p->c2c || pthread_mutex_init(&p->mu, NULL) != 0) {
+    p->wm = wxg_offsets_new(NULL, 0);
+    if (!p->topic || !p->c2c || !p->wm || pthread_mutex_init(&p->mu, NULL) != 0) {
+        wxg_offsets_destroy(p->wm);
         free(p->c2c);
         free(p->topic);
         free(p);
@@ -1080,6 +598,31 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
     p->tag = (uint64_t)c->nparts + 1;
     c->parts[c->nparts++] = p;
     return p;
+}
+
+/* The watermark's queries and its assignment, under the partition's lock. */
+static int part_committable(cpart *p, int64_t *offset)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = wxg_offsets_committable(p->wm, offset);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static size_t part_window(cpart *p)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t n = wxg_offsets_window(p->wm);
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static int part_assign(cpart *p, uint64_t *epoch)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = wxg_offsets_assign(p->wm, epoch);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }
 
 static void count_parts(wxg_consumer_t *c)
@@ -1183,8 +726,7 @@ static void apply_pause(wxg_consumer_t *c)
         cpart *p = c->parts[i];
         if (!p->assigned)
             continue;
-        int want =
-            global || wxg_offsets_window(c->offsets, p->topic, p->partition) > c->window_limit;
+        int want = global || part_window(p) > c->window_limit;
         if (want && !p->paused)
             pause[np++] = p;
         else if (!want && p->paused)
@@ -1201,20 +743,22 @@ out:
 
 /* ---- offsets (poll thread) ---- */
 
-static int collect_store(void *opaque, const char *topic, int32_t partition, int64_t offset,
-                         uint64_t epoch)
-{
-    rd_kafka_topic_partition_list_t *l = opaque;
-    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
-    return 0;
-}
-
 static void store_offsets(wxg_consumer_t *c)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
     if (!l)
         return;
-    wxg_offsets_foreach_advanced(c->offsets, collect_store, l);
+    for (size_t i = 0; i < c->nparts; i++) {
+        cpart *p = c->parts[i];
+        int64_t off;
+        if (!p->assigned)
+            continue;
+        pthread_mutex_lock(&p->mu);
+        int advanced = wxg_offsets_advanced(p->wm, &off);
+        pthread_mutex_unlock(&p->mu);
+        if (advanced)
+            rd_kafka_topic_partition_list_add(l, p->topic, p->partition)->offset = off;
+    }
     if (l->cnt > 0) {
         rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, l);
         for (int i = 0; i < l->cnt; i++) {
@@ -1357,9 +901,9 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         cpart *p = part_get(c, tp->topic, tp->partition);
         uint64_t epoch = 0;
-        if (!p || wxg_offsets_assign(c->offsets, tp->topic, tp->partition, &epoch) != 0) {
+        if (!p || part_assign(p, &epoch) != 0) {
             wxg_log(WXG_LOG_ERROR, "assign_failed", WXG_LERR(WXG_ENOMEM));
-            atomic_store(&c->fatal, WXG_ENOMEM);
+            stop_if_fatal(c, WXG_ENOMEM);
             continue;
         }
         p->assigned = 1;
@@ -1409,6 +953,91 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
             WXG_LS("protocol", rd_kafka_rebalance_protocol(c->rk)), WXG_LB("paused", global));
 }
 
+/* Revoke, step 2: lets running and queued work of the partitions finish within the budget
+ * (not when the assignment is already lost: someone else owns it), then cancels the rest.
+ * Returns 1 when the budget ran out. */
+static int revoke_drain(wxg_consumer_t *c, cpart *const *v, size_t nv, int lost)
+{
+    int64_t deadline = mono_ms() + c->conf.drain_timeout_ms;
+    int timed_out = 0;
+    for (size_t i = 0; c->pool && !lost && !c->closing && i < nv; i++) {
+        int64_t left = deadline - mono_ms();
+        if (left < 0)
+            left = 0;
+        if (wxg_pool_wait_tag(c->pool, v[i]->tag, left) != 0)
+            timed_out = 1;
+    }
+    for (size_t i = 0; c->pool && i < nv; i++)
+        wxg_pool_cancel(c->pool, v[i]->tag);
+    if (timed_out)
+        wxg_counter_inc(c->m.revoke_timeouts);
+    return timed_out;
+}
+
+/* Revoke, step 3: commits the partitions' watermarks synchronously while they are still ours,
+ * within the commit budget. */
+static void revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
+    for (size_t i = 0; l && i < nv; i++) {
+        int64_t off;
+        if (part_committable(v[i], &off) == 0)
+            rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
+    }
+    if (l && l->cnt > 0) {
+        rd_kafka_resp_err_t err = commit_bounded(c, l);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+            wxg_counter_inc(c->m.commit_failures);
+            wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
+                    WXG_LS("kafka_err", rd_kafka_err2name(err)));
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Revoke, step 4: resumes what we paused (so a later assignment starts clean), then fences:
+ * completions arriving from now on are stale. Not while stopping or closing: any later
+ * assignment is paused at once anyway, and librdkafka 2.0.2 may already have dropped these
+ * partitions (an assign served during close becomes a full unassign, and a revoke during the
+ * drain can follow a lost membership: UNKNOWN_MEMBER_ID on its commit);
+ * rd_kafka_resume_partitions() then waits without limit for a reply from a partition nobody
+ * serves any more, and the stop never returns. */
+static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
+{
+    cpart **res = calloc(nv + 1, sizeof *res);
+    size_t nr = 0;
+    for (size_t i = 0; res && !c->closing && !c->stopping && i < nv; i++) {
+        if (v[i]->paused)
+            res[nr++] = v[i];
+    }
+    set_paused(c, res, nr, 0);
+    free(res);
+    for (size_t i = 0; i < nv; i++) {
+        v[i]->assigned = 0;
+        v[i]->paused = 0;
+        wxg_gauge_clear(v[i]->lag);
+        pthread_mutex_lock(&v[i]->mu);
+        wxg_offsets_revoke(v[i]->wm);
+        v[i]->c2c_head = v[i]->c2c_len = 0;
+        pthread_mutex_unlock(&v[i]->mu);
+    }
+}
+
+/* Revoke, step 5: hands the partitions back to librdkafka. */
+static void revoke_release(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+{
+    if (is_cooperative(c)) {
+        rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
+        if (e) {
+            wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
+            rd_kafka_error_destroy(e);
+        }
+    } else {
+        rd_kafka_assign(c->rk, NULL);
+    }
+}
+
+/* A revoke drains first, then fences, in five steps. */
 static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
     int lost = rd_kafka_assignment_lost(c->rk);
@@ -1417,8 +1046,6 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
      * terminated, and such a request is never answered. The watermarks were committed just
      * before the close, after the pool had stopped. */
     int released = c->closing && c->close_released;
-    int64_t budget = c->conf.drain_timeout_ms;
-    int64_t deadline = mono_ms() + budget;
     size_t n = (size_t)parts->cnt;
     cpart **v = calloc(n + 1, sizeof *v);
     size_t nv = 0;
@@ -1434,78 +1061,19 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
         if (c->pool)
             wxg_pool_cancel_delayed(c->pool, v[i]->tag);
     }
-    /* 2. Let running and queued work of these partitions finish within the budget (not when
-     *    the assignment is already lost: someone else owns it). */
-    int timed_out = 0;
-    for (size_t i = 0; c->pool && !lost && !c->closing && i < nv; i++) {
-        int64_t left = deadline - mono_ms();
-        if (left < 0)
-            left = 0;
-        if (wxg_pool_wait_tag(c->pool, v[i]->tag, left) != 0)
-            timed_out = 1;
-    }
-    for (size_t i = 0; c->pool && i < nv; i++)
-        wxg_pool_cancel(c->pool, v[i]->tag);
-    if (timed_out)
-        wxg_counter_inc(c->m.revoke_timeouts);
-    /* 3. Commit their watermarks synchronously while they are still ours, within the commit
-     *    budget. Not when the final commit found the coordinator silent: this revoke is the
+    /* 2. Drain. */
+    int timed_out = revoke_drain(c, v, nv, lost);
+    /* 3. Commit. Not when the final commit found the coordinator silent: this revoke is the
      *    close's, the watermarks are the ones that commit already carried, and waiting again
      *    would only lengthen the stop. */
-    if (!lost && !released && !c->coord_silent && nv > 0) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
-        for (size_t i = 0; l && i < nv; i++) {
-            int64_t off;
-            if (wxg_offsets_committable(c->offsets, v[i]->topic, v[i]->partition, &off) == 0)
-                rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
-        }
-        if (l && l->cnt > 0) {
-            rd_kafka_resp_err_t err = commit_bounded(c, l);
-            if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-                wxg_counter_inc(c->m.commit_failures);
-                wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
-                        WXG_LS("kafka_err", rd_kafka_err2name(err)));
-            }
-        }
-        rd_kafka_topic_partition_list_destroy(l);
-    }
-    /* 4. Resume what we paused (so a later assignment starts clean), then fence: completions
-     *    arriving from now on are stale. Not while stopping or closing: any later assignment
-     *    is paused at once anyway, and librdkafka 2.0.2 may already have dropped these
-     *    partitions (an assign served during close becomes a full unassign, and a revoke
-     *    during the drain can follow a lost membership: UNKNOWN_MEMBER_ID on its commit);
-     *    rd_kafka_resume_partitions() then waits without limit for a reply from a partition
-     *    nobody serves any more, and the stop never returns. */
-    cpart **res = calloc(nv + 1, sizeof *res);
-    size_t nr = 0;
-    for (size_t i = 0; res && !c->closing && !c->stopping && i < nv; i++) {
-        if (v[i]->paused)
-            res[nr++] = v[i];
-    }
-    set_paused(c, res, nr, 0);
-    free(res);
-    for (size_t i = 0; i < nv; i++) {
-        wxg_offsets_revoke(c->offsets, v[i]->topic, v[i]->partition);
-        v[i]->assigned = 0;
-        v[i]->paused = 0;
-        wxg_gauge_clear(v[i]->lag);
-        pthread_mutex_lock(&v[i]->mu);
-        v[i]->c2c_head = v[i]->c2c_len = 0;
-        pthread_mutex_unlock(&v[i]->mu);
-    }
+    if (!lost && !released && !c->coord_silent && nv > 0)
+        revoke_commit(c, v, nv);
+    /* 4. Resume and fence. */
+    revoke_fence(c, v, nv);
     free(v);
-    /* 5. Release them. */
-    if (released) {
-        /* librdkafka has released them already. */
-    } else if (is_cooperative(c)) {
-        rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
-        if (e) {
-            wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
-            rd_kafka_error_destroy(e);
-        }
-    } else {
-        rd_kafka_assign(c->rk, NULL);
-    }
+    /* 5. Release them, unless librdkafka has released them already. */
+    if (!released)
+        revoke_release(c, parts);
     count_parts(c);
     wxg_log(WXG_LOG_INFO, "revoked", WXG_LI("partitions", parts->cnt), WXG_LB("lost", lost),
             WXG_LB("drain_timed_out", timed_out), WXG_LB("released", released));
@@ -1547,8 +1115,8 @@ static void flush_pending(wxg_consumer_t *c)
         /* Once submitted, a worker may finish the job and free its record at any moment:
          * read what we need from it first. */
         job *next = j->pnext;
-        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, j)
-                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, j);
+        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, &j->it)
+                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, &j->it);
         if (rc == WXG_EBUSY)
             break;
         c->pending_head = next;
@@ -1563,6 +1131,58 @@ static void flush_pending(wxg_consumer_t *c)
     atomic_store(&c->pending_n, c->npending);
 }
 
+/* Fills what the pipeline sees of the record's Kafka message (pipeline_int.h). */
+static void rec_view(rec *r, const cpart *p)
+{
+    rd_kafka_message_t *m = r->rkm;
+    rd_kafka_timestamp_type_t tst;
+    r->view = (wxg__pl_record_t){.topic = p->topic,
+                                 .partition = p->partition,
+                                 .offset = m->offset,
+                                 .timestamp_ms = rd_kafka_message_timestamp(m, &tst),
+                                 .key = m->key,
+                                 .key_len = m->key_len,
+                                 .value = m->payload,
+                                 .value_len = m->len,
+                                 .headers = rec_headers,
+                                 .headers_src = m};
+}
+
+/* Makes the record's jobs and puts them on the pending list: one per decoded message, or one
+ * that parks a record that did not decode (`err` says why). */
+static void rec_jobs(wxg_consumer_t *c, rec *r, const char *err)
+{
+    const wxg__pl_record_t *v = &r->view;
+    if (r->decode_err != 0) {
+        wxg_counter_inc(c->m.decode_errors);
+        r->decode_reason = strdup(err);
+        job *j = &r->jobs[0];
+        j->r = r;
+        j->conv = wxg_pool_hash(v->topic, strlen(v->topic)) ^ (uint64_t)v->partition;
+        wxg__pipeline_item_park(&j->it, &r->view, r->decode_err, err);
+        wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", v->topic),
+                WXG_LI("partition", v->partition), WXG_LI("offset", v->offset),
+                WXG_LERR(r->decode_err), WXG_LS("reason", err));
+    } else {
+        atomic_fetch_add(&c->messages, r->njobs);
+        for (size_t i = 0; i < r->njobs; i++) {
+            job *j = &r->jobs[i];
+            j->r = r;
+            wxg__pipeline_item_init(&j->it, &r->view, wxg_batch_msg(r->batch, i));
+            j->conv = conv_hash(j->it.msg);
+        }
+    }
+    for (size_t i = 0; i < r->njobs; i++) {
+        job *j = &r->jobs[i];
+        if (c->pending_tail)
+            c->pending_tail->pnext = j;
+        else
+            c->pending_head = j;
+        c->pending_tail = j;
+        c->npending++;
+    }
+}
+
 static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
 {
     const char *topic = rd_kafka_topic_name(m->rkt);
@@ -1574,7 +1194,9 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
     if (m->offset + 1 > p->next)
         p->next = m->offset + 1;
     wxg_offsets_ticket_t ticket;
-    int rc = wxg_offsets_dispatch(c->offsets, topic, m->partition, m->offset, &ticket);
+    pthread_mutex_lock(&p->mu);
+    int rc = wxg_offsets_dispatch(p->wm, m->offset, &ticket);
+    pthread_mutex_unlock(&p->mu);
     if (rc != 0) {
         /* A re-fetch of something already in hand, or not ours: nothing to do. */
         rd_kafka_message_destroy(m);
@@ -1595,12 +1217,13 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         r = calloc(1, rec_size(nmsg));
     if (!r) {
         /* Leave the offset unfinished: the watermark stops here and nothing is lost. */
-        atomic_store(&c->fatal, WXG_ENOMEM);
+        stop_if_fatal(c, WXG_ENOMEM);
         wxg_batch_free(batch);
         rd_kafka_message_destroy(m);
         return;
     }
     r->rkm = m;
+    rec_view(r, p);
     r->dispatched_us = mono_us();
     r->batch = batch;
     r->part = p;
@@ -1616,37 +1239,7 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
         p->head = r;
     p->tail = r;
     pthread_mutex_unlock(&p->mu);
-    if (derr != 0) {
-        wxg_counter_inc(c->m.decode_errors);
-        r->decode_reason = strdup(err);
-        job *j = &r->jobs[0];
-        j->r = r;
-        j->phase = PH_DLQ;
-        j->conv = wxg_pool_hash(topic, strlen(topic)) ^ (uint64_t)m->partition;
-        job_set_failure(j, derr, NULL, err);
-        j->attempts = 1;
-        wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", topic),
-                WXG_LI("partition", m->partition), WXG_LI("offset", m->offset), WXG_LERR(derr),
-                WXG_LS("reason", err));
-    } else {
-        atomic_fetch_add(&c->messages, nmsg);
-        for (size_t i = 0; i < nmsg; i++) {
-            job *j = &r->jobs[i];
-            j->r = r;
-            j->msg = wxg_batch_msg(batch, i);
-            j->phase = PH_CLAIM;
-            j->conv = conv_hash(j->msg);
-        }
-    }
-    for (size_t i = 0; i < nmsg; i++) {
-        job *j = &r->jobs[i];
-        if (c->pending_tail)
-            c->pending_tail->pnext = j;
-        else
-            c->pending_head = j;
-        c->pending_tail = j;
-        c->npending++;
-    }
+    rec_jobs(c, r, err);
     /* The poll thread's own reference: an empty batch finishes here. */
     rec_release(c, r);
     flush_pending(c);
@@ -1661,7 +1254,7 @@ static void handle_message(wxg_consumer_t *c, rd_kafka_message_t *m)
             char fe[256];
             if (m->err == RD_KAFKA_RESP_ERR__FATAL &&
                 rd_kafka_fatal_error(c->rk, fe, sizeof fe) != RD_KAFKA_RESP_ERR_NO_ERROR)
-                atomic_store(&c->fatal, WXG_EKAFKA);
+                stop_if_fatal(c, WXG_ESTATE); /* as lib/dlq.c maps librdkafka's fatal */
         }
         rd_kafka_message_destroy(m);
         return;
@@ -1703,7 +1296,7 @@ static void update_lag(wxg_consumer_t *c, int log_it)
                 RD_KAFKA_RESP_ERR_NO_ERROR ||
             hi < 0)
             continue;
-        if (wxg_offsets_committable(c->offsets, p->topic, p->partition, &w) != 0) {
+        if (part_committable(p, &w) != 0) {
             w = local_position(c, p);
             if (w < 0)
                 continue;
@@ -1767,8 +1360,8 @@ static void refresh_gauges(wxg_consumer_t *c)
  * only lets an idle replica with the probe off become ready again after a blip. Any thread. */
 static int redis_down(wxg_consumer_t *c, int *probe)
 {
-    int64_t ok = atomic_load(&c->redis_ok_ms), bad = atomic_load(&c->redis_err_ms);
-    int code = atomic_load(&c->redis_err);
+    int64_t ok = atomic_load(&c->health.ok_ms), bad = atomic_load(&c->health.err_ms);
+    int code = atomic_load(&c->health.err);
     int64_t wok = 0, wbad = 0;
     int wcode = wxg_guard_watchdog_health(c->wd, &wok, &wbad);
     *probe = 0;
@@ -1785,10 +1378,16 @@ static int redis_down(wxg_consumer_t *c, int *probe)
 }
 
 /* Keeps wxg_redis_reachable current and logs each change, so that an outage seen only by the
- * probe of an idle replica leaves a trace too (poll thread). */
+ * probe of an idle replica leaves a trace too (poll thread). A fatal error seen by the watchdog
+ * (its reconnect found the layout stamp changed, or its credentials refused) stops the consumer
+ * as a worker's would: an idle replica would otherwise stay up, unable to process anything. */
 static void check_redis(wxg_consumer_t *c)
 {
     int probe = 0, down = redis_down(c, &probe);
+    if (down && probe && stop_if_fatal(c, down))
+        wxg_log(WXG_LOG_ERROR, "pipeline_fatal", WXG_LS("op", "watchdog"), WXG_LERR(down),
+                WXG_LS("class", wxg_err_class_name(WXG_CLASS_FATAL)),
+                WXG_LS("reason", wxg_strerror(down)));
     if (down && !c->redis_down_logged)
         wxg_log(WXG_LOG_WARN, "redis_unreachable", WXG_LS("error", wxg_strerror(down)),
                 WXG_LS("seen_by", probe ? "watchdog" : "worker"));
@@ -1820,9 +1419,9 @@ static void check_stalls(wxg_consumer_t *c)
                 age_ms = (now_us - h->dispatched_us) / 1000;
                 offset = h->rkm->offset;
                 for (size_t k = 0; k < h->njobs; k++) {
-                    const job *j = &h->jobs[k];
-                    if (j->msg && !atomic_load(&j->done)) {
-                        snprintf(key, sizeof key, "%s", j->msg->key);
+                    const wxg__pl_item_t *it = &h->jobs[k].it;
+                    if (it->msg && !atomic_load(&it->done)) {
+                        snprintf(key, sizeof key, "%s", it->msg->key);
                         break;
                     }
                 }
@@ -1830,8 +1429,7 @@ static void check_stalls(wxg_consumer_t *c)
             pthread_mutex_unlock(&p->mu);
             paused_ms = p->paused ? now - p->paused_since_ms : 0;
             stalled = age_ms > limit || paused_ms > limit;
-            if (stalled && offset < 0 &&
-                wxg_offsets_committable(c->offsets, p->topic, p->partition, &offset) != 0)
+            if (stalled && offset < 0 && part_committable(p, &offset) != 0)
                 offset = local_position(c, p);
         }
         if (stalled) {
@@ -1914,54 +1512,45 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
 
 /* ---- life cycle ---- */
 
-/* Registers every metric of docs/metrics.md. 0, or WXG_ENOMEM with errstr (no memory, or a
- * family of the same name already registered with other labels). */
-static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+/* The counters of docs/metrics.md, the pipeline's among them. 0, or -1 when one could not be
+ * registered. */
+static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
 {
-    cmetrics *m = &c->m;
-    wxg_metrics_t *r = c->conf.metrics;
-    if (!r) {
-        r = m->own = wxg_metrics_new();
-        if (!r)
-            goto fail;
-    }
-    m->reg = r;
-    static const char *const outcomes[CL_N] = {"claimed", "duplicate", "busy"};
-    static const char *const ops[GE_N] = {"claim", "complete", "fail", "plugin_done"};
-    static const char *const results[PR_N] = {"ok", "retry", "fail"};
+    static const char *const outcomes[WXG__PL_CLAIM_N] = {"claimed", "duplicate", "busy"};
+    static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
     m->records =
         wxg_metrics_counter(r, "wxg_consumer_records_total", "Records polled from Kafka.", NULL);
     m->decode_errors =
         wxg_metrics_counter(r, "wxg_decode_errors_total",
                             "Records that did not decode (parked in the dead-letter topic).", NULL);
-    for (int i = 0; i < CL_N; i++) {
-        m->claims[i] = wxg_metrics_counter(r, "wxg_guard_claims_total",
-                                           "Claim results per message, by outcome.", "outcome",
-                                           outcomes[i], NULL);
-        if (!m->claims[i])
-            goto fail;
+    for (int i = 0; i < WXG__PL_CLAIM_N; i++) {
+        m->pl.claims[i] = wxg_metrics_counter(r, "wxg_guard_claims_total",
+                                              "Claim results per message, by outcome.", "outcome",
+                                              outcomes[i], NULL);
+        if (!m->pl.claims[i])
+            return -1;
     }
-    m->mismatches =
+    m->pl.mismatches =
         wxg_metrics_counter(r, "wxg_guard_payload_mismatches_total",
                             "Duplicates whose payload differs from the one that finished.", NULL);
-    for (int i = 0; i < GE_N; i++) {
-        m->guard_errors[i] = wxg_metrics_counter(
+    for (int i = 0; i < WXG__PL_OP_N; i++) {
+        m->pl.guard_errors[i] = wxg_metrics_counter(
             r, "wxg_guard_errors_total",
             "Guard calls that failed as a whole (Redis unreachable, timeout), by operation.", "op",
             ops[i], NULL);
-        if (!m->guard_errors[i])
-            goto fail;
+        if (!m->pl.guard_errors[i])
+            return -1;
     }
-    m->processed =
+    m->pl.processed =
         wxg_metrics_counter(r, "wxg_messages_processed_total",
                             "Messages completed (DONE written) after their plugins.", NULL);
-    m->retries = wxg_metrics_counter(r, "wxg_retries_total",
-                                     "Plugin RETRY results that were retried.", NULL);
-    m->dlq_writes = wxg_metrics_counter(r, "wxg_dlq_writes_total",
-                                        "Records written to the dead-letter topic.", NULL);
-    m->dlq_errors = wxg_metrics_counter(r, "wxg_dlq_write_errors_total",
-                                        "Dead-letter writes that failed (retried later).", NULL);
-    m->lease_lost = wxg_metrics_counter(
+    m->pl.retries = wxg_metrics_counter(r, "wxg_retries_total",
+                                        "Plugin RETRY results that were retried.", NULL);
+    m->pl.dlq_writes = wxg_metrics_counter(r, "wxg_dlq_writes_total",
+                                           "Records written to the dead-letter topic.", NULL);
+    m->pl.dlq_errors = wxg_metrics_counter(r, "wxg_dlq_write_errors_total",
+                                           "Dead-letter writes that failed (retried later).", NULL);
+    m->pl.lease_lost = wxg_metrics_counter(
         r, "wxg_lease_lost_total",
         "Transitions refused because another owner took the message over.", NULL);
     m->commits = wxg_metrics_counter(r, "wxg_commits_total", "Successful offset commits.", NULL);
@@ -1973,6 +1562,16 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                      "type", "revoke", NULL);
     m->revoke_timeouts = wxg_metrics_counter(r, "wxg_revoke_timeouts_total",
                                              "Revokes whose drain ran out of budget.", NULL);
+    return m->records && m->decode_errors && m->pl.mismatches && m->pl.processed && m->pl.retries &&
+                   m->pl.dlq_writes && m->pl.dlq_errors && m->pl.lease_lost && m->commits &&
+                   m->commit_failures && m->assigns && m->revokes && m->revoke_timeouts
+               ? 0
+               : -1;
+}
+
+/* The gauges and histograms, and the near cache's series. 0, or -1 as above. */
+static int metrics_gauges(cmetrics *m, wxg_metrics_t *r)
+{
     m->inflight = wxg_metrics_gauge(r, "wxg_inflight_messages",
                                     "Messages in the worker pool or waiting to enter it.", NULL);
     m->queue = wxg_metrics_gauge(
@@ -1989,13 +1588,13 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                                     "0 while the latest Redis contact (a guard call, or the "
                                     "watchdog's lease renewal or probe) failed, 1 otherwise.",
                                     NULL);
-    m->claim_seconds =
+    m->pl.claim_seconds =
         wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
                               "One claim script call (a batch of messages).", NULL, 0, NULL);
     m->c2c_seconds = wxg_metrics_histogram(
         r, "wxg_claim_to_commit_seconds",
         "From a record's first claim to the commit of its offset.", NULL, 0, NULL);
-    m->cache_hits = wxg_metrics_counter(
+    m->pl.cache_hits = wxg_metrics_counter(
         r, "wxg_guard_done_cache_hits_total",
         "Duplicates answered by the near cache of DONE messages, without a Redis call.", NULL);
     m->cache_entries = wxg_metrics_gauge(
@@ -2004,42 +1603,232 @@ static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     m->cache_evictions = wxg_metrics_counter(
         r, "wxg_guard_done_cache_evictions_total",
         "Near-cache entries displaced by newer ones before their expiry.", NULL);
-    if (!m->records || !m->decode_errors || !m->mismatches || !m->processed || !m->retries ||
-        !m->dlq_writes || !m->dlq_errors || !m->lease_lost || !m->commits || !m->commit_failures ||
-        !m->assigns || !m->revokes || !m->revoke_timeouts || !m->inflight || !m->queue ||
-        !m->assigned || !m->paused || !m->oldest || !m->stalled || !m->claim_seconds ||
-        !m->c2c_seconds || !m->cache_hits || !m->cache_entries || !m->cache_evictions ||
-        !m->redis_up)
-        goto fail;
+    return m->inflight && m->queue && m->assigned && m->paused && m->oldest && m->stalled &&
+                   m->redis_up && m->pl.claim_seconds && m->c2c_seconds && m->pl.cache_hits &&
+                   m->cache_entries && m->cache_evictions
+               ? 0
+               : -1;
+}
+
+/* Each plugin's results and durations. 0, or -1 as above. */
+static int metrics_plugins(wxg_consumer_t *c, wxg_metrics_t *r)
+{
+    static const char *const results[WXG__PL_RESULT_N] = {"ok", "retry", "fail"};
+    wxg__pl_metrics_t *pm = &c->m.pl;
     size_t np = c->nplugins;
-    m->plugin_results = calloc(np * PR_N + 1, sizeof *m->plugin_results);
-    m->plugin_seconds = calloc(np + 1, sizeof *m->plugin_seconds);
-    if (!m->plugin_results || !m->plugin_seconds)
-        goto fail;
+    pm->plugin_results = calloc(np * WXG__PL_RESULT_N + 1, sizeof *pm->plugin_results);
+    pm->plugin_seconds = calloc(np + 1, sizeof *pm->plugin_seconds);
+    if (!pm->plugin_results || !pm->plugin_seconds)
+        return -1;
     for (size_t s = 0; s < np; s++) {
         const char *name = wxg_plugin_chain_name(c->conf.chain, s);
-        for (int k = 0; k < PR_N; k++) {
-            m->plugin_results[s * PR_N + (size_t)k] = wxg_metrics_counter(
-                r, "wxg_plugin_results_total", "Plugin outcomes, by plugin and result.", "plugin",
-                name, "result", results[k], NULL);
-            if (!m->plugin_results[s * PR_N + (size_t)k])
-                goto fail;
+        for (int k = 0; k < WXG__PL_RESULT_N; k++) {
+            wxg_metric_t **h = &pm->plugin_results[s * WXG__PL_RESULT_N + (size_t)k];
+            *h = wxg_metrics_counter(r, "wxg_plugin_results_total",
+                                     "Plugin outcomes, by plugin and result.", "plugin", name,
+                                     "result", results[k], NULL);
+            if (!*h)
+                return -1;
         }
-        m->plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
-                                                     "One plugin's handling of one message.", NULL,
-                                                     0, "plugin", name, NULL);
-        if (!m->plugin_seconds[s])
-            goto fail;
+        pm->plugin_seconds[s] = wxg_metrics_histogram(r, "wxg_plugin_duration_seconds",
+                                                      "One plugin's handling of one message.", NULL,
+                                                      0, "plugin", name, NULL);
+        if (!pm->plugin_seconds[s])
+            return -1;
+    }
+    return 0;
+}
+
+/* Registers every metric of docs/metrics.md. 0, or WXG_ENOMEM with errstr (no memory, or a
+ * family of the same name already registered with other labels). */
+static int metrics_init(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    cmetrics *m = &c->m;
+    wxg_metrics_t *r = c->conf.metrics;
+    if (!r)
+        r = m->own = wxg_metrics_new();
+    m->reg = r;
+    if (!r || metrics_counters(m, r) != 0 || metrics_gauges(m, r) != 0 ||
+        metrics_plugins(c, r) != 0) {
+        wxg__errf(errstr, errstr_size,
+                  "consumer: cannot register its metrics (out of memory, or a name already "
+                  "registered with other labels)");
+        return WXG_ENOMEM;
     }
     /* Series that should show 0 from the start rather than appear later. */
     wxg_gauge_set(m->stalled, 0);
     wxg_gauge_set(m->redis_up, 1); /* the workers' and the watchdog's guards just connected */
     return 0;
-fail:
-    snprintf(errstr, errstr_size,
-             "consumer: cannot register its metrics (out of memory, or a name already "
-             "registered with other labels)");
-    return WXG_ENOMEM;
+}
+
+/* The steps of wxg_consumer_new(), in order. Each returns 0, or -1 with errstr filled; on
+ * failure wxg_consumer_destroy() frees whatever the steps before it made. */
+
+static int conf_complete(const wxg_consumer_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    if (!conf || !conf->kafka || !conf->topics || conf->ntopics == 0 || !conf->guard ||
+        !conf->chain || !conf->dlq || conf->workers == 0 || conf->queue_capacity == 0 ||
+        conf->batch_max == 0 || conf->retry_max == 0) {
+        wxg__errf(errstr, errstr_size, "consumer: incomplete configuration");
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies the configuration, its names and the guard's, and derives the fixed limits. */
+static int copy_conf(wxg_consumer_t *c, const wxg_consumer_conf_t *conf, char *errstr,
+                     size_t errstr_size)
+{
+    c->conf = *conf;
+    c->conf.kafka = NULL;
+    /* A configuration filled field by field rather than from wxg_consumer_conf_init() may
+     * leave this new field 0, which would abandon every synchronous commit at once. */
+    if (c->conf.commit_timeout_ms <= 0)
+        c->conf.commit_timeout_ms = 5000;
+    c->guard_conf = *conf->guard;
+    c->nplugins = wxg_plugin_chain_count(conf->chain);
+    c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
+    c->backlog_high = conf->queue_capacity;
+    c->backlog_low = conf->queue_capacity / 2;
+    c->topics = calloc(conf->ntopics, sizeof *c->topics);
+    c->group_id = strdup(conf->group_id ? conf->group_id : "");
+    if (!c->topics || !c->group_id)
+        goto nomem;
+    for (size_t i = 0; i < conf->ntopics; i++) {
+        c->topics[i] = strdup(conf->topics[i]);
+        if (!c->topics[i])
+            goto nomem;
+    }
+    c->conf.topics = NULL;
+    c->conf.group_id = c->group_id;
+    return 0;
+nomem:
+    wxg__errf(errstr, errstr_size, "consumer: out of memory");
+    return -1;
+}
+
+/* The near cache of DONE messages the workers share, the decode cache and the spare records. */
+static int make_caches(wxg_consumer_t *c, size_t done_entries, char *errstr, size_t errstr_size)
+{
+    if (!c->guard_conf.done_cache && !c->guard_conf.naive && done_entries > 0) {
+        c->done_cache = wxg_donecache_new(done_entries, errstr, errstr_size);
+        if (!c->done_cache)
+            return -1;
+        c->guard_conf.done_cache = c->done_cache;
+    }
+    c->decode_cache = wxg_decode_cache_new(DECODE_CACHE_BYTES);
+    if (!c->decode_cache) {
+        wxg__errf(errstr, errstr_size, "consumer: out of memory");
+        return -1;
+    }
+    c->spare_recs.max = SPARE_REC_BYTES / rec_size(1);
+    return 0;
+}
+
+static int make_locks(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    if (pthread_mutex_init(&c->ready_mu, NULL) != 0)
+        goto fail_mutex;
+    c->ready_mu_init = 1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        goto fail_cond;
+    /* wait_for_room() measures its timeout on the monotonic clock. */
+    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (crc == 0)
+        crc = pthread_cond_init(&c->room_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (crc != 0)
+        goto fail_cond;
+    if (pthread_mutex_init(&c->room_mu, NULL) != 0) {
+        pthread_cond_destroy(&c->room_cv);
+        goto fail_mutex;
+    }
+    c->room_ready = 1;
+    return 0;
+fail_cond:
+    wxg__errf(errstr, errstr_size, "consumer: cannot create a condition variable");
+    return -1;
+fail_mutex:
+    wxg__errf(errstr, errstr_size, "consumer: cannot create a mutex");
+    return -1;
+}
+
+/* What the consumer needs of librdkafka's configuration: its callbacks, offsets stored and
+ * committed by hand, and a shorter long poll than librdkafka's 500 ms default unless
+ * configured (see the top of this file). */
+static int tune_kafka_conf(wxg_consumer_t *c, rd_kafka_conf_t *kconf, char *errstr,
+                           size_t errstr_size)
+{
+    char fwm[32];
+    size_t fwm_size = sizeof fwm;
+    if (rd_kafka_conf_get(kconf, "fetch.wait.max.ms", fwm, &fwm_size) == RD_KAFKA_CONF_OK &&
+        strcmp(fwm, "500") == 0 &&
+        rd_kafka_conf_set(kconf, "fetch.wait.max.ms", FETCH_WAIT_MS, errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+        return -1;
+    static const char *const forced[][2] = {
+        {"enable.auto.offset.store", "false"},
+        {"enable.auto.commit", "false"},
+        {"enable.partition.eof", "false"},
+    };
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
+        if (rd_kafka_conf_set(kconf, forced[i][0], forced[i][1], errstr, errstr_size) !=
+            RD_KAFKA_CONF_OK)
+            return -1;
+    }
+    rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(kconf, commit_cb);
+    rd_kafka_conf_set_opaque(kconf, c);
+    return 0;
+}
+
+/* The lease watchdog, and the pipeline configuration every worker shares. */
+static int start_watchdog(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    int gerr = 0;
+    c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
+    if (!c->wd)
+        return -1;
+    wxg_guard_watchdog_probe(c->wd, c->conf.redis_probe_ms);
+    c->pipeline = (wxg__pipeline_conf_t){.chain = c->conf.chain,
+                                         .wd = c->wd,
+                                         .batch_max = c->conf.batch_max,
+                                         .retry_max = c->conf.retry_max,
+                                         .backoff_initial_ms = c->conf.backoff_initial_ms,
+                                         .backoff_max_ms = c->conf.backoff_max_ms,
+                                         .metrics = &c->m.pl,
+                                         .health = &c->health,
+                                         .dead_letter = dlq_sink,
+                                         .dead_letter_arg = c,
+                                         .finished = job_finished,
+                                         .finished_arg = c};
+    return 0;
+}
+
+/* The worker pool; each worker connects to Redis before this returns. */
+static int start_pool(wxg_consumer_t *c, char *errstr, size_t errstr_size)
+{
+    size_t cap = c->conf.queue_capacity;
+    wxg_pool_conf_t pc = {
+        .workers = c->conf.workers,
+        .capacity = cap,
+        .batch_max = c->conf.batch_max,
+        .batch_delay_us = c->conf.batch_delay_us,
+        /* The pool's watermarks pause nothing; crossing the low one on the way down wakes the
+         * poll thread to move the backlog in while the pool is still 3/4 full. */
+        .high_watermark = cap,
+        .low_watermark = cap - cap / 4,
+    };
+    if (pc.low_watermark >= pc.high_watermark)
+        pc.low_watermark = pc.high_watermark - 1;
+    wxg_pool_ops_t ops = {.thread_init = worker_init,
+                          .thread_fini = worker_fini,
+                          .run = worker_run,
+                          .cancelled = worker_cancelled,
+                          .pressure = worker_pressure};
+    c->pool = wxg_pool_new(&pc, &ops, c, errstr, errstr_size);
+    return c->pool ? 0 : -1;
 }
 
 wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, size_t errstr_size)
@@ -2051,144 +1840,27 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
     }
     rd_kafka_conf_t *kconf = conf ? conf->kafka : NULL;
     wxg_consumer_t *c = NULL;
-    if (!conf || !kconf || !conf->topics || conf->ntopics == 0 || !conf->guard || !conf->chain ||
-        !conf->dlq || conf->workers == 0 || conf->queue_capacity == 0 || conf->batch_max == 0 ||
-        conf->retry_max == 0) {
-        snprintf(errstr, errstr_size, "consumer: incomplete configuration");
+    if (conf_complete(conf, errstr, errstr_size) != 0)
         goto fail;
-    }
     c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(errstr, errstr_size, "consumer: out of memory");
+        wxg__errf(errstr, errstr_size, "consumer: out of memory");
         goto fail;
     }
-    c->conf = *conf;
-    c->conf.kafka = NULL;
-    /* A configuration filled field by field rather than from wxg_consumer_conf_init() may
-     * leave this new field 0, which would abandon every synchronous commit at once. */
-    if (c->conf.commit_timeout_ms <= 0)
-        c->conf.commit_timeout_ms = 5000;
-    c->guard_conf = *conf->guard;
-    if (!c->guard_conf.done_cache && !c->guard_conf.naive && conf->done_cache_entries > 0) {
-        c->done_cache = wxg_donecache_new(conf->done_cache_entries, errstr, errstr_size);
-        if (!c->done_cache)
-            goto fail;
-        c->guard_conf.done_cache = c->done_cache;
-    }
-    c->decode_cache = wxg_decode_cache_new(DECODE_CACHE_BYTES);
-    if (!c->decode_cache) {
-        snprintf(errstr, errstr_size, "consumer: out of memory");
+    atomic_store(&c->health.ok_ms, mono_ms());
+    if (copy_conf(c, conf, errstr, errstr_size) != 0 ||
+        make_caches(c, conf->done_cache_entries, errstr, errstr_size) != 0 ||
+        make_locks(c, errstr, errstr_size) != 0 || metrics_init(c, errstr, errstr_size) != 0 ||
+        tune_kafka_conf(c, kconf, errstr, errstr_size) != 0 ||
+        start_watchdog(c, errstr, errstr_size) != 0)
         goto fail;
-    }
-    c->spare_recs.max = SPARE_REC_BYTES / rec_size(1);
-    c->nplugins = wxg_plugin_chain_count(conf->chain);
-    c->window_limit = conf->queue_capacity * 4 < 10000 ? 10000 : conf->queue_capacity * 4;
-    if (pthread_mutex_init(&c->ready_mu, NULL) != 0) {
-        snprintf(errstr, errstr_size, "consumer: cannot create a mutex");
-        goto fail;
-    }
-    c->ready_mu_init = 1;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) {
-        snprintf(errstr, errstr_size, "consumer: cannot create a condition variable");
-        goto fail;
-    }
-    /* wait_for_room() measures its timeout on the monotonic clock. */
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (crc == 0)
-        crc = pthread_cond_init(&c->room_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc != 0) {
-        snprintf(errstr, errstr_size, "consumer: cannot create a condition variable");
-        goto fail;
-    }
-    if (pthread_mutex_init(&c->room_mu, NULL) != 0) {
-        pthread_cond_destroy(&c->room_cv);
-        snprintf(errstr, errstr_size, "consumer: cannot create a mutex");
-        goto fail;
-    }
-    c->room_ready = 1;
-    atomic_store(&c->redis_ok_ms, mono_ms());
-    if (metrics_init(c, errstr, errstr_size) != 0)
-        goto fail;
-    c->topics = calloc(conf->ntopics, sizeof *c->topics);
-    c->group_id = strdup(conf->group_id ? conf->group_id : "");
-    if (!c->topics || !c->group_id) {
-        snprintf(errstr, errstr_size, "consumer: out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < conf->ntopics; i++) {
-        c->topics[i] = strdup(conf->topics[i]);
-        if (!c->topics[i]) {
-            snprintf(errstr, errstr_size, "consumer: out of memory");
-            goto fail;
-        }
-    }
-    c->conf.topics = NULL;
-    c->conf.group_id = c->group_id;
-
-    /* A shorter long poll than librdkafka's 500 ms default unless configured: see the top of
-     * this file. */
-    char fwm[32];
-    size_t fwm_size = sizeof fwm;
-    if (rd_kafka_conf_get(kconf, "fetch.wait.max.ms", fwm, &fwm_size) == RD_KAFKA_CONF_OK &&
-        strcmp(fwm, "500") == 0 &&
-        rd_kafka_conf_set(kconf, "fetch.wait.max.ms", FETCH_WAIT_MS, errstr, errstr_size) !=
-            RD_KAFKA_CONF_OK)
-        goto fail;
-    static const char *const forced[][2] = {
-        {"enable.auto.offset.store", "false"},
-        {"enable.auto.commit", "false"},
-        {"enable.partition.eof", "false"},
-    };
-    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
-        if (rd_kafka_conf_set(kconf, forced[i][0], forced[i][1], errstr, errstr_size) !=
-            RD_KAFKA_CONF_OK)
-            goto fail;
-    }
-    rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
-    rd_kafka_conf_set_offset_commit_cb(kconf, commit_cb);
-    rd_kafka_conf_set_opaque(kconf, c);
-
-    c->offsets = wxg_offsets_new(errstr, errstr_size);
-    if (!c->offsets)
-        goto fail;
-    int gerr = 0;
-    c->wd = wxg_guard_watchdog_new(&c->guard_conf, 0, 0, &gerr, errstr, errstr_size);
-    if (!c->wd)
-        goto fail;
-    wxg_guard_watchdog_probe(c->wd, c->conf.redis_probe_ms);
-
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, errstr_size);
     if (!c->rk)
         goto fail;
     kconf = NULL; /* owned by c->rk now */
     rd_kafka_poll_set_consumer(c->rk);
     c->rkq = rd_kafka_queue_get_consumer(c->rk);
-
-    wxg_pool_conf_t pc = {
-        .workers = conf->workers,
-        .capacity = conf->queue_capacity,
-        .batch_max = conf->batch_max,
-        .batch_delay_us = conf->batch_delay_us,
-        /* The pool's watermarks pause nothing; crossing the low one on the way down wakes the
-         * poll thread to move the backlog in while the pool is still 3/4 full. */
-        .high_watermark = conf->queue_capacity,
-        .low_watermark = conf->queue_capacity - conf->queue_capacity / 4,
-    };
-    c->backlog_high = conf->queue_capacity;
-    c->backlog_low = conf->queue_capacity / 2;
-    if (pc.high_watermark == 0)
-        pc.high_watermark = conf->queue_capacity;
-    if (pc.low_watermark >= pc.high_watermark)
-        pc.low_watermark = pc.high_watermark - 1;
-    wxg_pool_ops_t ops = {.thread_init = worker_init,
-                          .thread_fini = worker_fini,
-                          .run = worker_run,
-                          .cancelled = worker_cancelled,
-                          .pressure = worker_pressure};
-    c->pool = wxg_pool_new(&pc, &ops, c, errstr, errstr_size);
-    if (!c->pool)
+    if (start_pool(c, errstr, errstr_size) != 0)
         goto fail;
     return c;
 
@@ -2272,6 +1944,13 @@ static void shutdown_consumer(wxg_consumer_t *c)
             break;
         if (mono_ms() >= deadline) {
             wxg_log(WXG_LOG_WARN, "drain_timeout", WXG_LU("left", ps.jobs + c->npending));
+            break;
+        }
+        /* After a fatal error, work that waits out a backoff can only fail again: stop waiting
+         * once nothing runs and every conversation left waits for its delay. */
+        int fatal = atomic_load(&c->fatal);
+        if (fatal && ps.running == 0 && ps.delayed == ps.lanes && !c->pending_head) {
+            wxg_log(WXG_LOG_WARN, "drain_stopped", WXG_LU("left", ps.jobs), WXG_LERR(fatal));
             break;
         }
         /* Keep serving the group (and any rebalance) while draining. */
@@ -2379,7 +2058,8 @@ int wxg_consumer_run(wxg_consumer_t *c)
     }
     int fatal = atomic_load(&c->fatal);
     if (fatal)
-        wxg_log(WXG_LOG_ERROR, "fatal", WXG_LERR(fatal));
+        wxg_log(WXG_LOG_ERROR, "fatal", WXG_LERR(fatal), WXG_LS("reason", wxg_strerror(fatal)),
+                WXG_LS("action", "stopping"));
     shutdown_consumer(c);
     return fatal;
 }
@@ -2393,17 +2073,17 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->received = wxg_counter_value(m->records);
     out->messages = atomic_load(&c->messages);
     out->decode_errors = wxg_counter_value(m->decode_errors);
-    out->claimed = wxg_counter_value(m->claims[CL_CLAIMED]);
-    out->duplicates = wxg_counter_value(m->claims[CL_DUPLICATE]);
-    out->busy = wxg_counter_value(m->claims[CL_BUSY]);
-    out->payload_mismatches = wxg_counter_value(m->mismatches);
-    out->processed = wxg_counter_value(m->processed);
-    out->retried = wxg_counter_value(m->retries);
-    out->dead_lettered = wxg_counter_value(m->dlq_writes);
-    out->dlq_errors = wxg_counter_value(m->dlq_errors);
-    out->lease_lost = wxg_counter_value(m->lease_lost);
-    for (int i = 0; i < GE_N; i++)
-        out->guard_errors += wxg_counter_value(m->guard_errors[i]);
+    out->claimed = wxg_counter_value(m->pl.claims[WXG__PL_CLAIMED]);
+    out->duplicates = wxg_counter_value(m->pl.claims[WXG__PL_DUPLICATE]);
+    out->busy = wxg_counter_value(m->pl.claims[WXG__PL_BUSY]);
+    out->payload_mismatches = wxg_counter_value(m->pl.mismatches);
+    out->processed = wxg_counter_value(m->pl.processed);
+    out->retried = wxg_counter_value(m->pl.retries);
+    out->dead_lettered = wxg_counter_value(m->pl.dlq_writes);
+    out->dlq_errors = wxg_counter_value(m->pl.dlq_errors);
+    out->lease_lost = wxg_counter_value(m->pl.lease_lost);
+    for (int i = 0; i < WXG__PL_OP_N; i++)
+        out->guard_errors += wxg_counter_value(m->pl.guard_errors[i]);
     out->offsets_stored = atomic_load(&c->offsets_stored);
     out->store_state = atomic_load(&c->store_state);
     out->commits = wxg_counter_value(m->commits);
@@ -2411,21 +2091,19 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->commit_errors = wxg_counter_value(m->commit_failures);
     out->rebalances = wxg_counter_value(m->assigns) + wxg_counter_value(m->revokes);
     out->revoke_timeouts = wxg_counter_value(m->revoke_timeouts);
-    wxg_offsets_stats_t os;
-    wxg_offsets_stats(c->offsets, &os);
-    out->stale_finishes = os.stale_finishes;
+    out->stale_finishes = atomic_load(&c->stale_finishes);
     out->assigned = (size_t)wxg_gauge_value(m->assigned);
     out->paused = (size_t)wxg_gauge_value(m->paused);
     out->in_flight = (size_t)wxg_gauge_value(m->inflight);
     out->oldest_age_ms = (int64_t)(wxg_gauge_value(m->oldest) * 1000.0);
     out->stalled = atomic_load(&c->stalled_n);
     out->lag = atomic_load(&c->lag);
-    out->redis_round_trips = atomic_load(&c->round_trips);
+    out->redis_round_trips = atomic_load(&c->health.round_trips);
     out->batches = atomic_load(&c->batches);
     out->batched_jobs = atomic_load(&c->batched_jobs);
     out->latency_p50_us = latency_quantile(c, 0.50);
     out->latency_p99_us = latency_quantile(c, 0.99);
-    out->done_cache_hits = wxg_counter_value(m->cache_hits);
+    out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
 }
 
 void wxg_consumer_destroy(wxg_consumer_t *c)
@@ -2452,15 +2130,15 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
      * left to the process's exit. */
     wxg_guard_watchdog_destroy(c->wd);
     wxg_donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
-    wxg_offsets_destroy(c->offsets);
     for (size_t i = 0; i < c->nparts; i++) {
         pthread_mutex_destroy(&c->parts[i]->mu);
+        wxg_offsets_destroy(c->parts[i]->wm);
         free(c->parts[i]->c2c);
         free(c->parts[i]->topic);
         free(c->parts[i]);
     }
-    free(c->m.plugin_results);
-    free(c->m.plugin_seconds);
+    free(c->m.pl.plugin_results);
+    free(c->m.pl.plugin_seconds);
     wxg_metrics_free(c->m.own);
     if (c->ready_mu_init)
         pthread_mutex_destroy(&c->ready_mu);

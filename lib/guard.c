@@ -1,138 +1,71 @@
 /*
- * DESIGN: the Redis idempotency guard.
+ * DESIGN: the Redis idempotency guard -- its public API and the dispatch to a design.
  *
  * Purpose: an atomic per-message state machine in Redis (claim, renew, plugin_done, complete,
- * fail; for the admin tool inspect, release, rearm, purge and a SCAN walk), each transition one
- * Lua script (lib/lua/) handling a batch of messages, plus a renewal watchdog. docs/guard.md
- * explains the guarantees.
+ * fail; for the admin tool inspect, release, rearm, purge and a SCAN walk), plus a renewal
+ * watchdog. docs/guard.md explains the guarantees. This file holds what does not depend on how
+ * the state machine is kept: the configuration defaults and checks, the handle (counters, last
+ * error), the argument checks of every public call, and the dispatch through the handle's
+ * operations table (guard_int.h). The designs behind the table:
  *
- * Keys. Every Redis name is built from the configured prefix and the SHA-256 fingerprint of the
- * idempotency key, never from the key's bytes, so hostile keys cannot leave the prefix or make
- * huge names. All names of one message share a hash tag {s<shard>} taken from the fingerprint:
- * in Redis Cluster the record and every DONE bucket a script touches live in one slot.
- * A message in flight (PROCESSING or FAILED) has one string record (state, owner, fence, payload
- * tag, attempt, absolute expiry, lease, idempotency key, finished plugins; lib/lua/_record.lua),
- * so that the common transitions are single SET / GETDEL calls. On complete the record is taken
- * out and the message becomes a fixed-width fingerprint field in a small hash bucket selected by
- * time bucket + fingerprint bits; buckets expire whole after the retention. Redis CPU per message
- * is counted in redis.call()s and in the Lua strings a script makes, so the layout needs few
- * calls and claim and complete send one packed argument per message: docs/guard.md §9.
+ *   - the Lua design (further down in this file), the real one: every transition one Lua
+ *     script handling a batch of messages, compact DONE markers, the near cache;
+ *   - the naive design (lib/guard_naive.c, conf.naive, benchmark only): one plain command per
+ *     message and step, so that benchmarks can run the real consumer on the design the Lua one
+ *     replaces;
+ *   - in unit tests, any design a test makes with wxg__guard_new_ops().
+ * Both Redis designs connect through lib/guard_conn.c and share the admin operations further
+ * down.
  *
- * Threads: a wxg_guard_t is used by one thread at a time and has no lock. The watchdog runs one
- * thread with its own wxg_guard_t; its registration list is guarded by one mutex, never held
- * across network I/O (a registration being renewed is marked busy and freed by the thread if the
- * owner removed it meanwhile). Status flags are atomics read lock-free by workers.
+ * Threads: a wxg_guard_t is used by one thread at a time and has no lock; so are its counters
+ * and its last error. The watchdog (at the end of this file) has its own handle and thread.
  *
- * Failure modes. A hiredis context is dead after any I/O error: it is freed at once and the next
- * call reconnects (immediately the first time, then with capped, jittered backoff; calls made
- * during the backoff fail fast with WXG_ECONN). A connection the server closed while it was idle
- * (restart, idle timeout) is noticed before the next call is sent and replaced at once, so that
- * call does not fail. A reconnect reloads the scripts; NOSCRIPT (script cache flushed, restart,
- * failover) reloads them and re-sends only the refused calls, which is safe because NOSCRIPT
- * proves they did not run. Any other failure leaves the outcome unknown and is reported to the
- * caller, never retried here. The password is only ever sent in AUTH and is
- * wiped on destroy; error texts carry Redis's reply, which never contains it.
- *
- * Naive mode (conf.naive, benchmark only): claim, complete and renew become one plain command
- * per message so that benchmarks can run the real consumer on the design this one replaces.
- *
- * Near cache (conf.done_cache, lib/donecache.c, shared by the handles of a process and safe
- * across threads): claim first answers DUPLICATE for what the cache knows and sends only the
- * rest to Redis; complete remembers the messages whose DONE marker it wrote. The cache only
- * ever holds a message for less than its marker's lifetime in Redis (docs/guard.md §10), so it
- * changes the cost of a duplicate, never its answer. Both hooks sit outside the Redis paths
- * (claim_redis, complete_redis) and are skipped in naive mode.
+ * Failure modes: a call with bad arguments fails here with WXG_EINVAL before a design sees it;
+ * an operation a design does not have fails with WXG_ESTATE. A claim that fails leaves every
+ * result cleared, whatever the design filled in before it failed.
  */
 #include "guard_int.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <stdarg.h>
-#include <pthread.h>
+#include <sys/prctl.h>
 #include <stdatomic.h>
+#include <pthread.h>
+#include <sys/time.h>
+#include <poll.h>
+#include <math.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/prctl.h>
 
-#include "key_int.h"
+#include "guard_conn_int.h"
 #include "wxguard/key.h"
-
-enum {
-    S_CLAIM,
-    S_RENEW,
-    S_PLUGIN_DONE,
-    S_COMPLETE,
-    S_FAIL,
-    S_INSPECT,
-    S_RELEASE,
-    S_LAYOUT,
-    S_REARM,
-    S_PURGE,
-    S_PEEK,
-    S_COUNT
-};
-
-static const char *const script_src[S_COUNT] = {
-    wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
-    wxg__lua_fail,  wxg__lua_inspect, wxg__lua_release,     wxg__lua_layout,
-    wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,
-};
-
-/* One Sentinel of conf.sentinels. */
-typedef struct sentinel_addr {
-    char host[256];
-    int port;
-} sentinel_addr;
+#include "key_int.h"
 
 struct wxg_guard_s {
-    wxg_guard_conf_t conf; /* string members point at the copies below */
-    char *host, *unix_path, *user, *password, *prefix;
-    /* Sentinel mode (nsent > 0): the Sentinels, the one to ask first (the last that answered),
-     * and the primary's address they gave for the current connection. */
-    char *sentinel_master, *sentinel_user, *sentinel_password;
-    sentinel_addr sent[WXG_GUARD_SENTINELS_MAX];
-    int nsent, sent_next;
-    char cur_host[256];
-    int cur_port;
-    wxg__guard_geom_t geom;
-    char stamp[160];
-    char layout_key[WXG__KEY_MAX];
-    redisContext *ctx;
-    char sha[S_COUNT][41];
-    int64_t next_connect_ms;
-    int64_t backoff_ms;
-    int64_t stamp_checked_ms;
-    uint64_t rng;
+    const wxg__guard_ops_t *ops;
+    void *impl;
+    wxg_guard_conf_t conf; /* every string member NULL (wxg__guard_new_ops) */
     wxg_guard_stats_t stats;
     char last_error[256];
-    /* Mixed into the near cache's fingerprints: this Redis server, database and prefix. */
-    unsigned char cache_ns[WXG_DONECACHE_FP_LEN];
 };
 
-static int near_ns(wxg_guard_t *g);
-static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out, const unsigned char (*fps)[32]);
-
 /* ---------------------------------------------------------------------------------------------
- * Small helpers
+ * Shared helpers (guard_int.h)
  */
 
-static int64_t mono_ms(void)
+int64_t wxg__guard_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void set_err(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *buf, size_t size, const char *fmt, ...)
+void wxg__guard_errf(char *buf, size_t size, const char *fmt, ...)
 {
     if (!buf || size == 0)
         return;
@@ -142,8 +75,7 @@ static void set_err(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Fills buf with random bytes from the kernel (getrandom, else /dev/urandom). */
-static int fill_random(void *buf, size_t len)
+int wxg__guard_fill_random(void *buf, size_t len)
 {
     unsigned char *p = buf;
     size_t got = 0;
@@ -175,205 +107,21 @@ static int fill_random(void *buf, size_t len)
     return 0;
 }
 
-static uint64_t rng_next(uint64_t *s)
+void wxg__guard_count_error(wxg_guard_stats_t *s, int rc)
 {
-    /* xorshift64*: only for backoff jitter, never for tokens. */
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 2685821657736338717ULL;
+    if (rc == WXG_ECONN)
+        s->conn_errors++;
+    else if (rc == WXG_ETIMEDOUT)
+        s->timeouts++;
+    else if (rc == WXG_EREDIS)
+        s->redis_errors++;
+    else if (rc == WXG_EREPLICAS)
+        s->replica_failures++;
 }
 
-static char *dup_or_null(const char *s)
+int wxg__guard_ticket_valid(const wxg_guard_ticket_t *t)
 {
-    return s ? strdup(s) : NULL;
-}
-
-static void free_secret(char *s)
-{
-    if (s) {
-        explicit_bzero(s, strlen(s));
-        free(s);
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Pure parts (guard_int.h)
- */
-
-int wxg__guard_required_bits(double n, double p)
-{
-    double pairs = n * (n - 1.0) / 2.0;
-    if (pairs <= 0)
-        return 1;
-    int b = (int)ceil(log2(pairs / p));
-    /* Guard against rounding at the boundary: the bound must hold strictly. */
-    while (pairs / ldexp(1.0, b) >= p)
-        b++;
-    return b;
-}
-
-int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
-                            size_t errstr_size)
-{
-    wxg__guard_geom_t r;
-    memset(&r, 0, sizeof r);
-    if (c->done_retention_ms <= 0) {
-        set_err(errstr, errstr_size, "done_retention_ms must be positive");
-        return WXG_ECONFIG;
-    }
-    if (!(c->done_expected_rate > 0) || c->done_expected_rate > 1e9) {
-        set_err(errstr, errstr_size, "done_expected_rate must be in (0, 1e9]");
-        return WXG_ECONFIG;
-    }
-    if (c->done_bucket_target < 1 || c->done_bucket_target > 128) {
-        set_err(errstr, errstr_size,
-                "done_bucket_target must be 1..128 (Redis keeps hashes of up to 128 entries "
-                "compact by default)");
-        return WXG_ECONFIG;
-    }
-    if (c->shard_bits < 0 || c->shard_bits > 16) {
-        set_err(errstr, errstr_size, "shard_bits must be 0..16");
-        return WXG_ECONFIG;
-    }
-    r.retention_ms = c->done_retention_ms;
-    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms
-                                        : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;
-    if (r.bucket_ms < 1)
-        r.bucket_ms = 1;
-    if (r.retention_ms / r.bucket_ms > 64) {
-        set_err(errstr, errstr_size,
-                "done_bucket_ms too small: claim checks every live time bucket, at most 65 "
-                "(retention / width = %lld)",
-                (long long)(r.retention_ms / r.bucket_ms));
-        return WXG_ECONFIG;
-    }
-    r.shard_bits = c->shard_bits;
-    double per_time_bucket = c->done_expected_rate * (double)r.bucket_ms / 1000.0;
-    int sel;
-    if (c->done_selector_bits > 0) {
-        sel = c->done_selector_bits;
-    } else {
-        double want = per_time_bucket / (double)c->done_bucket_target;
-        sel = want > 1.0 ? (int)ceil(log2(want)) : 0;
-    }
-    if (sel < r.shard_bits)
-        sel = r.shard_bits;
-    if (sel > WXG__SELECTOR_BITS_MAX) {
-        set_err(errstr, errstr_size, "selector bits %d exceed %d: lower the rate or the width", sel,
-                WXG__SELECTOR_BITS_MAX);
-        return WXG_ECONFIG;
-    }
-    r.selector_bits = sel;
-    r.bucket_mean = per_time_bucket / ldexp(1.0, sel);
-    double window = c->done_expected_rate * (double)(r.retention_ms + r.bucket_ms) / 1000.0;
-    r.window_markers = window > WXG__FALSE_DUP_MARKERS ? window : WXG__FALSE_DUP_MARKERS;
-    r.required_bits = wxg__guard_required_bits(r.window_markers, WXG__FALSE_DUP_P);
-    int field_bits = r.required_bits - sel;
-    int fb = (field_bits + 7) / 8;
-    if (fb < WXG__FIELD_BYTES_MIN)
-        fb = WXG__FIELD_BYTES_MIN;
-    if (fb > WXG__FIELD_BYTES_MAX) {
-        set_err(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", fb,
-                WXG__FIELD_BYTES_MAX);
-        return WXG_ECONFIG;
-    }
-    r.field_bytes = fb;
-    double n = r.window_markers;
-    r.false_dup = n * (n - 1.0) / 2.0 / ldexp(1.0, sel + 8 * fb);
-    *g = r;
-    return 0;
-}
-
-int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
-{
-    int n = snprintf(buf, size, "%s shard=%d sel=%d field=%d width=%lld", WXG__LAYOUT_VERSION,
-                     g->shard_bits, g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
-    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
-}
-
-int wxg__guard_fingerprint(const void *key, size_t len, unsigned char fp[32])
-{
-    /* The key module's SHA-256 reuses one fetched implementation (see wxg_sha256). */
-    return wxg_sha256(key, len, fp);
-}
-
-static uint64_t fp_bits(const unsigned char fp[32], int from, int count)
-{
-    /* Bits [from, from+count) of the fingerprint, most significant first; count <= 56. */
-    uint64_t v = 0;
-    for (int i = 0; i < count; i++) {
-        int bit = from + i;
-        v = (v << 1) | ((fp[bit / 8] >> (7 - bit % 8)) & 1u);
-    }
-    return v;
-}
-
-int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
-                          const unsigned char fp[32], wxg__guard_keys_t *out)
-{
-    /* Written byte by byte rather than with snprintf: this runs twice per message (claim and
-     * complete), and format parsing was a visible share of a worker's CPU. */
-    static const char digits[] = "0123456789abcdef";
-    out->shard = (unsigned)fp_bits(fp, 0, g->shard_bits);
-    out->sub = fp_bits(fp, g->shard_bits, g->selector_bits - g->shard_bits);
-    /* Shards in fixed-width hex, so that every record name of a geometry has one length. */
-    int w = g->shard_bits > 0 ? (g->shard_bits + 3) / 4 : 1;
-    char tag[16];
-    size_t tl = 0;
-    tag[tl++] = '{';
-    tag[tl++] = 's';
-    for (int i = w - 1; i >= 0; i--)
-        tag[tl++] = digits[(out->shard >> (4 * i)) & 15];
-    tag[tl++] = '}';
-    char sub[20];
-    size_t sl = wxg__put_dec(sub, out->sub);
-    size_t pl = strlen(prefix);
-    /* record: prefix tag ":r:" 32 hex; stem: prefix tag ":d:" sub ":" */
-    if (pl + tl + 3 + 32 >= sizeof out->record || pl + tl + 3 + sl + 1 >= sizeof out->stem)
-        return WXG_EINVAL;
-    char *p = out->record;
-    memcpy(p, prefix, pl);
-    memcpy(p + pl, tag, tl);
-    memcpy(p + pl + tl, ":r:", 3);
-    wxg__to_hex(fp, 16, p + pl + tl + 3);
-    out->record_len = pl + tl + 3 + 32;
-    p = out->stem;
-    memcpy(p, prefix, pl);
-    memcpy(p + pl, tag, tl);
-    memcpy(p + pl + tl, ":d:", 3);
-    p += pl + tl + 3;
-    memcpy(p, sub, sl);
-    p[sl] = ':';
-    p[sl + 1] = '\0';
-    out->stem_len = pl + tl + 3 + sl + 1;
-    memcpy(out->field, fp + WXG__FIELD_OFFSET, (size_t)g->field_bytes);
-    out->field_len = (size_t)g->field_bytes;
-    return 0;
-}
-
-int wxg__guard_payload_tag(const unsigned char *payload_hash)
-{
-    if (!payload_hash)
-        return 0;
-    return (int)(int16_t)(uint16_t)((payload_hash[0] << 8) | payload_hash[1]);
-}
-
-int wxg__guard_prefix_valid(const char *prefix)
-{
-    size_t n = prefix ? strlen(prefix) : 0;
-    if (n == 0 || n > WXG_GUARD_PREFIX_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = prefix[i];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 ch == ':' || ch == '_' || ch == '.' || ch == '-';
-        if (!ok)
-            return 0;
-    }
-    return 1;
+    return t && t->key && t->key_len > 0 && t->fence > 0 && strlen(t->owner) == WXG_GUARD_OWNER_LEN;
 }
 
 int wxg__guard_plugin_name_valid(const char *name)
@@ -391,31 +139,440 @@ int wxg__guard_plugin_name_valid(const char *name)
     return 1;
 }
 
-static int starts_with(const char *s, size_t len, const char *word)
+/* ---------------------------------------------------------------------------------------------
+ * The handle
+ */
+
+wxg_guard_t *wxg__guard_new_ops(const wxg__guard_ops_t *ops, void *impl,
+                                const wxg_guard_conf_t *conf, char *errstr, size_t errstr_size)
 {
-    size_t w = strlen(word);
-    return len >= w && memcmp(s, word, w) == 0;
+    wxg_guard_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    g->ops = ops;
+    g->impl = impl;
+    if (conf)
+        g->conf = *conf;
+    else
+        wxg_guard_conf_init(&g->conf);
+    /* The caller's strings are borrowed only for the constructor's duration. */
+    g->conf.host = NULL;
+    g->conf.unix_path = NULL;
+    g->conf.user = NULL;
+    g->conf.password = NULL;
+    g->conf.prefix = NULL;
+    g->conf.sentinels = NULL;
+    g->conf.sentinel_master = NULL;
+    g->conf.sentinel_user = NULL;
+    g->conf.sentinel_password = NULL;
+    return g;
 }
 
-int wxg__guard_classify_error(const char *str, size_t len)
+void *wxg__guard_impl(const wxg_guard_t *g)
 {
-    if (!str)
-        return WXG_EREDIS;
-    if (starts_with(str, len, "NOSCRIPT"))
-        return 1;
-    if (starts_with(str, len, "NOAUTH") || starts_with(str, len, "WRONGPASS") ||
-        starts_with(str, len, "NOPERM"))
-        return WXG_EAUTH;
-    return WXG_EREDIS;
+    return g->impl;
 }
 
-/* The code a call fails with for an error reply: WXG_EAUTH for authentication and ACL
- * refusals, WXG_EREDIS for the rest (NOSCRIPT included, where it is not retried). */
-static int refusal_code(const redisReply *r)
+const wxg_guard_conf_t *wxg__guard_conf(const wxg_guard_t *g)
 {
-    int rc = wxg__guard_classify_error(r->str, r->len);
-    return rc > 0 ? WXG_EREDIS : rc;
+    return &g->conf;
 }
+
+wxg_guard_stats_t *wxg__guard_stats(wxg_guard_t *g)
+{
+    return &g->stats;
+}
+
+void wxg__guard_set_error(wxg_guard_t *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->last_error, sizeof g->last_error, fmt, ap);
+    va_end(ap);
+}
+
+char *wxg__guard_error_buf(wxg_guard_t *g, size_t *size)
+{
+    *size = sizeof g->last_error;
+    return g->last_error;
+}
+
+void wxg_guard_conf_init(wxg_guard_conf_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 6379;
+    c->connect_timeout_ms = 2000;
+    c->command_timeout_ms = 2000;
+    c->prefix = "wxg:";
+    c->lease_ms = 30000;
+    c->inflight_ttl_ms = 24LL * 3600 * 1000;
+    c->done_retention_ms = 7LL * 24 * 3600 * 1000;
+    c->failed_retention_ms = 7LL * 24 * 3600 * 1000;
+    c->wait_timeout_ms = 100;
+    c->done_expected_rate = 1000.0;
+    c->done_bucket_target = 64;
+    c->shard_bits = 4;
+    c->batch_max = 64;
+    c->reconnect_min_ms = 50;
+    c->reconnect_max_ms = 2000;
+}
+
+/* The checks every design's configuration passes; 0 or WXG_EINVAL / WXG_ECONFIG with errstr. */
+static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    if (!conf) {
+        wxg__guard_errf(errstr, errstr_size, "no configuration");
+        return WXG_EINVAL;
+    }
+    if (!wxg__guard_prefix_valid(conf->prefix ? conf->prefix : "wxg:")) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "key prefix must be 1..%d bytes of [A-Za-z0-9:_.-] (no hash-tag braces)",
+                        WXG_GUARD_PREFIX_MAX);
+        return WXG_ECONFIG;
+    }
+    if (conf->lease_ms < 10 || conf->inflight_ttl_ms < conf->lease_ms ||
+        conf->failed_retention_ms <= 0 || conf->connect_timeout_ms <= 0 ||
+        conf->command_timeout_ms <= 0 || conf->batch_max < 1 || conf->batch_max > 1024 ||
+        conf->wait_replicas < 0 || (conf->wait_replicas > 0 && conf->wait_timeout_ms <= 0) ||
+        conf->reconnect_min_ms < 1 || conf->reconnect_max_ms < conf->reconnect_min_ms ||
+        (!conf->unix_path && (conf->port <= 0 || conf->port > 65535)) || conf->db < 0) {
+        wxg__guard_errf(
+            errstr, errstr_size,
+            "invalid guard configuration: need lease_ms >= 10, inflight_ttl_ms >= lease_ms, "
+            "positive timeouts and retentions, batch_max 1..1024, a valid port and db");
+        return WXG_ECONFIG;
+    }
+    if (conf->password && strlen(conf->password) == 0) {
+        wxg__guard_errf(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
+        return WXG_ECONFIG;
+    }
+    return 0;
+}
+
+wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr, size_t errstr_size)
+{
+    int rc = conf_check(conf, errstr, errstr_size);
+    if (rc) {
+        if (err)
+            *err = rc;
+        return NULL;
+    }
+    if (conf->naive)
+        return wxg__guard_naive_new(conf, err, errstr, errstr_size);
+    return wxg__guard_lua_new(conf, err, errstr, errstr_size);
+}
+
+void wxg_guard_destroy(wxg_guard_t *g)
+{
+    if (!g)
+        return;
+    g->ops->destroy(g);
+    free(g);
+}
+
+void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out)
+{
+    *out = g->stats;
+}
+
+const char *wxg_guard_last_error(const wxg_guard_t *g)
+{
+    return g->last_error;
+}
+
+/* The answer to an operation the design does not have. */
+static int not_available(wxg_guard_t *g, const char *what)
+{
+    wxg__guard_set_error(g, "%s is not available in %s mode", what, g->ops->name);
+    return WXG_ESTATE;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Transitions: checks, then dispatch
+ */
+
+void wxg_guard_claim_clear(wxg_guard_claim_t *c)
+{
+    if (!c)
+        return;
+    free(c->finished);
+    memset(c, 0, sizeof *c);
+}
+
+/* Claim results carry the payload tag their DONE marker will get, for the near cache. */
+static void ticket_tags(const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (out[i].outcome == WXG_GUARD_CLAIMED) {
+            out[i].ticket.payload_tag = wxg__guard_payload_tag(msgs[i].payload_hash);
+            out[i].ticket.payload_tag_set = 1;
+        }
+    }
+}
+
+int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                          wxg_guard_claim_t *out)
+{
+    if (!g || (n > 0 && (!msgs || !out)))
+        return WXG_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        memset(&out[i], 0, sizeof out[i]);
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].key || msgs[i].key_len == 0)
+            return WXG_EINVAL;
+    }
+    if (!g->ops->claim_batch)
+        return not_available(g, "claim");
+    int rc = g->ops->claim_batch(g, msgs, n, out);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            wxg_guard_claim_clear(&out[i]);
+        return rc;
+    }
+    ticket_tags(msgs, n, out);
+    return 0;
+}
+
+int wxg_guard_claim(wxg_guard_t *g, const char *key, size_t key_len,
+                    const unsigned char *payload_hash, wxg_guard_claim_t *out)
+{
+    wxg_guard_msg_t m = {.key = key, .key_len = key_len, .payload_hash = payload_hash};
+    return wxg_guard_claim_batch(g, &m, 1, out);
+}
+
+/* The single form's answer for one per-message result. */
+static int single_result(int rc, int result)
+{
+    if (rc)
+        return rc;
+    return result == WXG_GUARD_LEASE_LOST ? WXG_ELEASELOST : 0;
+}
+
+typedef int (*ticket_op)(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results);
+
+/* renew and complete: tickets in, one result per ticket out. */
+static int ticket_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results,
+                        ticket_op op, const char *what)
+{
+    if (!g || (n > 0 && (!t || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!wxg__guard_ticket_valid(&t[i]))
+            return WXG_EINVAL;
+    }
+    if (!op)
+        return not_available(g, what);
+    return op(g, t, n, results);
+}
+
+int wxg_guard_renew_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    return ticket_batch(g, t, n, results, g ? g->ops->renew_batch : NULL, "renew");
+}
+
+int wxg_guard_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t)
+{
+    int res = 0;
+    int rc = wxg_guard_renew_batch(g, t, 1, &res);
+    return single_result(rc, res);
+}
+
+int wxg_guard_plugin_done_batch(wxg_guard_t *g, const wxg_guard_plugin_done_t *items, size_t n,
+                                int *results)
+{
+    if (!g || (n > 0 && (!items || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!wxg__guard_plugin_name_valid(items[i].plugin) ||
+            items[i].result_len > WXG_GUARD_RESULT_MAX ||
+            (items[i].result_len > 0 && !items[i].result))
+            return WXG_EINVAL;
+    }
+    if (!g->ops->plugin_done_batch)
+        return not_available(g, "plugin_done");
+    for (size_t i = 0; i < n; i++) {
+        if (!wxg__guard_ticket_valid(items[i].ticket))
+            return WXG_EINVAL;
+    }
+    return g->ops->plugin_done_batch(g, items, n, results);
+}
+
+int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t, const char *plugin,
+                          const void *result, size_t result_len)
+{
+    wxg_guard_plugin_done_t it = {
+        .ticket = t, .plugin = plugin, .result = result, .result_len = result_len};
+    int res = 0;
+    int rc = wxg_guard_plugin_done_batch(g, &it, 1, &res);
+    return single_result(rc, res);
+}
+
+int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    return ticket_batch(g, t, n, results, g ? g->ops->complete_batch : NULL, "complete");
+}
+
+int wxg_guard_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, int *already_done)
+{
+    int res = 0;
+    int rc = wxg_guard_complete_batch(g, t, 1, &res);
+    rc = single_result(rc, res);
+    if (rc == 0 && already_done)
+        *already_done = res == WXG_GUARD_ALREADY_DONE;
+    return rc;
+}
+
+int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_t n, int *results)
+{
+    if (!g || (n > 0 && (!items || !results)))
+        return WXG_EINVAL;
+    if (n == 0)
+        return 0;
+    if (!g->ops->fail_batch)
+        return not_available(g, "fail");
+    for (size_t i = 0; i < n; i++) {
+        if (!wxg__guard_ticket_valid(items[i].ticket))
+            return WXG_EINVAL;
+    }
+    return g->ops->fail_batch(g, items, n, results);
+}
+
+int wxg_guard_fail(wxg_guard_t *g, const wxg_guard_ticket_t *t, const char *reason,
+                   uint32_t attempts)
+{
+    wxg_guard_failure_t it = {.ticket = t, .reason = reason, .attempts = attempts};
+    int res = 0;
+    int rc = wxg_guard_fail_batch(g, &it, 1, &res);
+    return single_result(rc, res);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Administration: checks, then dispatch
+ */
+
+void wxg_guard_record_free(wxg_guard_record_t *r)
+{
+    if (!r)
+        return;
+    free(r->fail_reason);
+    free(r->finished);
+    free(r->done_bucket);
+    free(r->record_key);
+    free(r->msg_key);
+    free(r);
+}
+
+int wxg_guard_inspect(wxg_guard_t *g, const char *key, size_t key_len,
+                      const unsigned char *payload_hash, wxg_guard_record_t **out)
+{
+    if (!g || !out || !key || key_len == 0)
+        return WXG_EINVAL;
+    if (!g->ops->inspect)
+        return not_available(g, "inspect");
+    return g->ops->inspect(g, key, key_len, payload_hash, out);
+}
+
+/* release, rearm and purge: one key in, one flag out (`flag` may be NULL). */
+static int admin_flag(wxg_guard_t *g, const char *key, size_t key_len, int *flag,
+                      int (*op)(wxg_guard_t *, const char *, size_t, int *), const char *what)
+{
+    if (!g || !key || key_len == 0)
+        return WXG_EINVAL;
+    if (!op)
+        return not_available(g, what);
+    int v = 0;
+    int rc = op(g, key, key_len, &v);
+    if (rc == 0 && flag)
+        *flag = v;
+    return rc;
+}
+
+int wxg_guard_release(wxg_guard_t *g, const char *key, size_t key_len, int *released)
+{
+    return admin_flag(g, key, key_len, released, g ? g->ops->release : NULL, "release");
+}
+
+int wxg_guard_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed)
+{
+    return admin_flag(g, key, key_len, rearmed, g ? g->ops->rearm : NULL, "rearm");
+}
+
+int wxg_guard_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged)
+{
+    return admin_flag(g, key, key_len, purged, g ? g->ops->purge : NULL, "purge");
+}
+
+int wxg_guard_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn, void *arg)
+{
+    if (!g || !cursor || !fn)
+        return WXG_EINVAL;
+    if (!g->ops->scan)
+        return not_available(g, "scan");
+    return g->ops->scan(g, cursor, count, fn, arg);
+}
+
+int wxg_guard_ping(wxg_guard_t *g)
+{
+    if (!g)
+        return WXG_EINVAL;
+    if (!g->ops->ping)
+        return not_available(g, "ping");
+    return g->ops->ping(g);
+}
+
+int wxg_guard_describe_layout(const wxg_guard_t *g, char *buf, size_t size)
+{
+    if (!g || !buf || size == 0)
+        return WXG_EINVAL;
+    if (!g->ops->describe_layout)
+        return WXG_ESTATE;
+    return g->ops->describe_layout(g, buf, size);
+}
+
+/* =============================================================================================
+ * the Lua design of the guard -- the real one.
+ *
+ * Purpose: the per-message state machine of docs/guard.md §1 on Redis, each transition one Lua
+ * script (lib/lua/) that checks and changes the state atomically for a whole batch of messages:
+ * claim, renew, plugin_done, complete, fail. This file builds those batches (the pipelined
+ * script-call runner that lib/guard_admin.c uses too), packs each message's arguments, reads the
+ * per-message answers, and keeps the near cache in front of claim and behind complete.
+ *
+ * A message in flight (PROCESSING or FAILED) has one string record (state, owner, fence,
+ * payload tag, attempt, absolute expiry, lease, idempotency key, finished plugins;
+ * lib/lua/_record.lua), so that the common transitions are single SET / GETDEL calls. On
+ * complete the record is taken out and the message becomes a compact DONE marker
+ * (lib/guard_layout.c). Redis CPU per message is counted in redis.call()s and in the Lua
+ * strings a script makes, so the layout needs few calls and claim and complete send one packed
+ * argument per message: docs/guard.md §9.
+ *
+ * Threads: the handle's thread only; no locks. The near cache (lib/donecache.c) is shared by
+ * the handles of a process and locks itself.
+ *
+ * Failure modes. NOSCRIPT (script cache flushed, restart, failover) reloads the scripts and
+ * re-sends only the refused calls, which is safe because NOSCRIPT proves they did not run. Any
+ * other failure leaves the outcome unknown and is reported to the caller, never retried here.
+ * A reply of the wrong shape is WXG_EREDIS for the whole call.
+ *
+ * Near cache (conf.done_cache, docs/guard.md §10): claim first answers DUPLICATE for what the
+ * cache knows and sends only the rest to Redis; complete remembers the messages whose DONE
+ * marker it wrote. The cache only ever holds a message for less than its marker's lifetime in
+ * Redis, so it changes the cost of a duplicate, never its answer. Both hooks sit outside the
+ * Redis paths (claim_redis, complete_redis).
+ */
+
+/* ---------------------------------------------------------------------------------------------
+ * Replies
+ */
 
 static int reply_int(const redisReply *r, long long *v)
 {
@@ -526,682 +683,10 @@ int wxg__guard_parse_result(const redisReply *r, int *result)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Connection
+ * Batches (guard_conn_int.h)
  */
 
-void wxg_guard_conf_init(wxg_guard_conf_t *c)
-{
-    memset(c, 0, sizeof *c);
-    c->host = "127.0.0.1";
-    c->port = 6379;
-    c->connect_timeout_ms = 2000;
-    c->command_timeout_ms = 2000;
-    c->prefix = "wxg:";
-    c->lease_ms = 30000;
-    c->inflight_ttl_ms = 24LL * 3600 * 1000;
-    c->done_retention_ms = 7LL * 24 * 3600 * 1000;
-    c->failed_retention_ms = 7LL * 24 * 3600 * 1000;
-    c->wait_timeout_ms = 100;
-    c->done_expected_rate = 1000.0;
-    c->done_bucket_target = 64;
-    c->shard_bits = 4;
-    c->batch_max = 64;
-    c->reconnect_min_ms = 50;
-    c->reconnect_max_ms = 2000;
-}
-
-static struct timeval tv_ms(int ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    return tv;
-}
-
-/* The code for a dead context, from the errno hiredis left behind. */
-static int ctx_code(const redisContext *c, int saved_errno)
-{
-    if (c->err == REDIS_ERR_IO &&
-        (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
-         strstr(c->errstr, "temporarily unavailable") || strstr(c->errstr, "timed out")))
-        return WXG_ETIMEDOUT;
-    if (c->err == REDIS_ERR_OOM)
-        return WXG_ENOMEM;
-    return WXG_ECONN;
-}
-
-static void drop_ctx(wxg_guard_t *g)
-{
-    if (g->ctx) {
-        redisFree(g->ctx);
-        g->ctx = NULL;
-    }
-}
-
-static void count_error(wxg_guard_t *g, int rc)
-{
-    if (rc == WXG_ECONN)
-        g->stats.conn_errors++;
-    else if (rc == WXG_ETIMEDOUT)
-        g->stats.timeouts++;
-    else if (rc == WXG_EREDIS)
-        g->stats.redis_errors++;
-    else if (rc == WXG_EREPLICAS)
-        g->stats.replica_failures++;
-}
-
-/* Sends one command and reads its reply on the fresh context (connect time only). On an I/O
- * error the context is dropped. */
-static int simple_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *lens,
-                      redisReply **out, char *errstr, size_t errstr_size)
-{
-    errno = 0;
-    redisReply *r = redisCommandArgv(g->ctx, argc, argv, lens);
-    if (!r) {
-        int saved = errno;
-        int rc = ctx_code(g->ctx, saved);
-        set_err(errstr, errstr_size, "%s failed: %s", argv[0], g->ctx->errstr);
-        drop_ctx(g);
-        return rc;
-    }
-    *out = r;
-    return 0;
-}
-
-static int load_scripts(wxg_guard_t *g, char *errstr, size_t errstr_size)
-{
-    for (int i = 0; i < S_COUNT; i++) {
-        const char *argv[3] = {"SCRIPT", "LOAD", script_src[i]};
-        size_t lens[3] = {6, 4, strlen(script_src[i])};
-        redisReply *r = NULL;
-        int rc = simple_cmd(g, 3, argv, lens, &r, errstr, errstr_size);
-        if (rc)
-            return rc;
-        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-            rc = r->type == REDIS_REPLY_ERROR ? refusal_code(r) : WXG_EREDIS;
-            set_err(errstr, errstr_size, "SCRIPT LOAD refused: %.*s",
-                    r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
-                    r->type == REDIS_REPLY_ERROR ? r->str : "");
-            freeReplyObject(r);
-            return rc;
-        }
-        memcpy(g->sha[i], r->str, 40);
-        g->sha[i][40] = '\0';
-        freeReplyObject(r);
-    }
-    return 0;
-}
-
-/* Stamps or checks the compact-marker layout (see lib/lua/layout.lua). */
-static int check_stamp(wxg_guard_t *g, char *errstr, size_t errstr_size)
-{
-    char ttl[32];
-    snprintf(ttl, sizeof ttl, "%lld", (long long)(g->geom.retention_ms + 2 * g->geom.bucket_ms));
-    const char *argv[] = {"EVALSHA", g->sha[S_LAYOUT], "1", g->layout_key, g->stamp, ttl};
-    size_t lens[] = {7, 40, 1, strlen(g->layout_key), strlen(g->stamp), strlen(ttl)};
-    redisReply *r = NULL;
-    int rc = simple_cmd(g, 6, argv, lens, &r, errstr, errstr_size);
-    if (rc)
-        return rc;
-    if (r->type == REDIS_REPLY_ERROR) {
-        rc = refusal_code(r);
-        set_err(errstr, errstr_size, "layout check refused: %.*s", (int)r->len, r->str);
-    } else if (r->type != REDIS_REPLY_STRING) {
-        rc = WXG_EREDIS;
-        set_err(errstr, errstr_size, "layout check: unexpected reply");
-    } else if (r->len < sizeof WXG__LAYOUT_VERSION ||
-               memcmp(r->str, WXG__LAYOUT_VERSION " ", sizeof WXG__LAYOUT_VERSION) != 0) {
-        /* Another layout version wrote this prefix: its records and markers have another shape,
-         * so this version can neither read them nor safely write beside them. */
-        rc = WXG_ECONFIG;
-        set_err(errstr, errstr_size,
-                "the keys under prefix %s were written with DONE-marker layout \"%.*s\"; this "
-                "version uses layout %s and cannot read them. Stop every guard on that prefix and "
-                "start this version with a new prefix (messages completed under the old prefix are "
-                "then not recognised as duplicates), or delete %s once every old key has expired",
-                g->prefix, (int)(r->len > 100 ? 100 : r->len), r->str, WXG__LAYOUT_VERSION,
-                g->layout_key);
-    } else if (r->len != strlen(g->stamp) || memcmp(r->str, g->stamp, r->len) != 0) {
-        rc = WXG_ECONFIG;
-        set_err(errstr, errstr_size,
-                "the DONE-marker layout stored under %s is \"%.*s\" but this configuration "
-                "gives \"%s\"; markers would not be found. Keep the stored geometry (pin "
-                "done_selector_bits, shard_bits and done_bucket_ms) or use a new prefix",
-                g->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, g->stamp);
-    } else {
-        g->stamp_checked_ms = mono_ms();
-    }
-    freeReplyObject(r);
-    return rc;
-}
-
-/* Connects, authenticates, selects the database, loads the scripts and checks the stamp. */
-/* Sends AUTH [user] password on `c`; 0, or the error code with errstr naming `who`. */
-static int auth_on(redisContext *c, const char *who, const char *user, const char *password,
-                   char *errstr, size_t errstr_size)
-{
-    const char *argv[3];
-    size_t lens[3];
-    int argc = 0;
-    argv[argc] = "AUTH";
-    lens[argc++] = 4;
-    if (user) {
-        argv[argc] = user;
-        lens[argc++] = strlen(user);
-    }
-    argv[argc] = password;
-    lens[argc++] = strlen(password);
-    errno = 0;
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
-    if (!r) {
-        int saved = errno;
-        set_err(errstr, errstr_size, "AUTH to %s failed: %s", who, c->errstr);
-        return ctx_code(c, saved);
-    }
-    int rc = 0;
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
-         * password, and neither does ours. */
-        set_err(errstr, errstr_size, "%s AUTH as user '%s' failed: %.*s", who,
-                user ? user : "default", (int)(r->len > 160 ? 160 : r->len), r->str);
-        rc = WXG_EAUTH;
-    }
-    freeReplyObject(r);
-    return rc;
-}
-
-/* Reads a {host, port} answer into host (size bytes) and *port; 0 when it is not one. */
-static int primary_addr(const redisReply *r, char *host, size_t size, int *port)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
-        r->element[0]->len == 0 || r->element[0]->len >= size)
-        return 0;
-    char *end = NULL;
-    long p = strtol(r->element[1]->str, &end, 10);
-    if (end == r->element[1]->str || *end != '\0' || p < 1 || p > 65535)
-        return 0;
-    memcpy(host, r->element[0]->str, r->element[0]->len);
-    host[r->element[0]->len] = '\0';
-    *port = (int)p;
-    return 1;
-}
-
-/* Asks Sentinel `i` for the primary's address and keeps it in cur_host/cur_port. */
-static int sentinel_ask(wxg_guard_t *g, int i, char *errstr, size_t errstr_size)
-{
-    const sentinel_addr *a = &g->sent[i];
-    errno = 0;
-    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_ms(g->conf.connect_timeout_ms));
-    if (!c) {
-        set_err(errstr, errstr_size, "out of memory creating a Sentinel context");
-        return WXG_ENOMEM;
-    }
-    int rc = 0;
-    if (c->err) {
-        rc = ctx_code(c, errno); /* read before set_err() can change errno */
-        set_err(errstr, errstr_size, "connecting to Sentinel %s:%d: %s", a->host, a->port,
-                c->errstr);
-        goto out;
-    }
-    if (redisSetTimeout(c, tv_ms(g->conf.command_timeout_ms)) != REDIS_OK) {
-        rc = WXG_ECONN;
-        set_err(errstr, errstr_size, "setting the Sentinel command timeout: %s", c->errstr);
-        goto out;
-    }
-    if (g->sentinel_password) {
-        char who[300];
-        snprintf(who, sizeof who, "Sentinel %s:%d", a->host, a->port);
-        rc = auth_on(c, who, g->sentinel_user, g->sentinel_password, errstr, errstr_size);
-        if (rc)
-            goto out;
-    }
-    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", g->sentinel_master};
-    size_t lens[3] = {8, 23, strlen(g->sentinel_master)};
-    errno = 0;
-    redisReply *r = redisCommandArgv(c, 3, argv, lens);
-    if (!r) {
-        rc = ctx_code(c, errno); /* read before set_err() can change errno */
-        set_err(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port, c->errstr);
-        goto out;
-    }
-    if (r->type == REDIS_REPLY_NIL) {
-        rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
-        set_err(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host, a->port,
-                g->sentinel_master);
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        rc = refusal_code(r);
-        set_err(errstr, errstr_size,
-                "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host, a->port,
-                (int)(r->len > 160 ? 160 : r->len), r->str);
-    } else if (!primary_addr(r, g->cur_host, sizeof g->cur_host, &g->cur_port)) {
-        rc = WXG_EREDIS;
-        set_err(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address", a->host,
-                a->port);
-    }
-    freeReplyObject(r);
-out:
-    redisFree(c);
-    return rc;
-}
-
-/* Finds the primary through the Sentinels, starting with the one that answered last; the error
- * of the last one asked when none could tell. */
-static int sentinel_locate(wxg_guard_t *g, char *errstr, size_t errstr_size)
-{
-    int rc = WXG_ECONN;
-    for (int k = 0; k < g->nsent; k++) {
-        int i = (g->sent_next + k) % g->nsent;
-        rc = sentinel_ask(g, i, errstr, errstr_size);
-        if (rc == 0) {
-            g->sent_next = i;
-            g->stats.sentinel_lookups++;
-            return 0;
-        }
-    }
-    return rc;
-}
-
-/* In Sentinel mode, checks that the server the Sentinels named still is the primary: during a
- * failover they may name one that has not been promoted yet, or one already demoted. */
-static int check_role(wxg_guard_t *g, char *errstr, size_t errstr_size)
-{
-    const char *argv[1] = {"ROLE"};
-    size_t lens[1] = {4};
-    redisReply *r = NULL;
-    int rc = simple_cmd(g, 1, argv, lens, &r, errstr, errstr_size);
-    if (rc)
-        return rc;
-    if (r->type == REDIS_REPLY_ERROR) {
-        rc = refusal_code(r);
-        set_err(errstr, errstr_size, "ROLE on %s:%d failed: %.*s", g->cur_host, g->cur_port,
-                (int)(r->len > 160 ? 160 : r->len), r->str);
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-               r->element[0]->type != REDIS_REPLY_STRING ||
-               strcmp(r->element[0]->str, "master") != 0) {
-        rc = WXG_ECONN;
-        set_err(errstr, errstr_size,
-                "%s:%d, named primary '%s' by the Sentinels, is not a primary (a failover in "
-                "progress?)",
-                g->cur_host, g->cur_port, g->sentinel_master);
-    }
-    freeReplyObject(r);
-    return rc;
-}
-
-static int guard_connect(wxg_guard_t *g, char *errstr, size_t errstr_size)
-{
-    int rc = 0;
-    struct timeval ct = tv_ms(g->conf.connect_timeout_ms);
-    const char *host = g->host;
-    int port = g->conf.port;
-    if (g->nsent > 0) {
-        rc = sentinel_locate(g, errstr, errstr_size);
-        if (rc)
-            return rc;
-        host = g->cur_host;
-        port = g->cur_port;
-    }
-    errno = 0;
-    g->ctx = g->unix_path ? redisConnectUnixWithTimeout(g->unix_path, ct)
-                          : redisConnectWithTimeout(host, port, ct);
-    if (!g->ctx) {
-        set_err(errstr, errstr_size, "out of memory creating the Redis context");
-        return WXG_ENOMEM;
-    }
-    if (g->ctx->err) {
-        int saved = errno;
-        rc = ctx_code(g->ctx, saved);
-        if (g->unix_path)
-            set_err(errstr, errstr_size, "connecting to Redis at %s: %s", g->unix_path,
-                    g->ctx->errstr);
-        else
-            set_err(errstr, errstr_size, "connecting to Redis at %s:%d: %s", host, port,
-                    g->ctx->errstr);
-        goto fail_ctx;
-    }
-    if (redisSetTimeout(g->ctx, tv_ms(g->conf.command_timeout_ms)) != REDIS_OK) {
-        rc = WXG_ECONN;
-        set_err(errstr, errstr_size, "setting the command timeout: %s", g->ctx->errstr);
-        goto fail_ctx;
-    }
-    if (!g->unix_path)
-        redisEnableKeepAlive(g->ctx);
-    if (g->password) {
-        rc = auth_on(g->ctx, "Redis", g->user, g->password, errstr, errstr_size);
-        if (rc)
-            goto fail_ctx;
-    }
-    if (g->conf.db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", g->conf.db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, strlen(db)};
-        redisReply *r = NULL;
-        rc = simple_cmd(g, 2, argv, lens, &r, errstr, errstr_size);
-        if (rc)
-            goto fail_ctx;
-        if (r->type == REDIS_REPLY_ERROR) {
-            rc = refusal_code(r);
-            set_err(errstr, errstr_size, "SELECT %d failed: %.*s", g->conf.db, (int)r->len, r->str);
-        }
-        freeReplyObject(r);
-        if (rc)
-            goto fail_ctx;
-    }
-    if (g->nsent > 0) {
-        rc = check_role(g, errstr, errstr_size);
-        if (rc)
-            goto fail_ctx;
-    }
-    rc = load_scripts(g, errstr, errstr_size);
-    if (rc)
-        goto fail_ctx;
-    rc = check_stamp(g, errstr, errstr_size);
-    if (rc)
-        goto fail_ctx;
-    g->stats.connects++;
-    return 0;
-
-fail_ctx:
-    drop_ctx(g);
-    return rc;
-}
-
-/* Whether an idle connection was closed by the server (a restart, a failover, Redis's `timeout`
- * for idle clients, a proxy's): every reply is read before a call returns, so an idle socket
- * that polls readable holds an end of file (or a reset), never an answer. One poll() per call. */
-static int ctx_closed(const wxg_guard_t *g)
-{
-    struct pollfd p = {.fd = g->ctx->fd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-}
-
-/* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
-static int ensure_ctx(wxg_guard_t *g)
-{
-    int64_t now = mono_ms();
-    /* Reconnecting now, before anything is sent, turns what would be a failed call with an
-     * unknown outcome into a normal one. */
-    if (g->ctx && ctx_closed(g)) {
-        drop_ctx(g);
-        g->next_connect_ms = 0;
-        g->backoff_ms = 0;
-    }
-    if (g->ctx) {
-        /* Refresh the layout stamp now and then so that it outlives every marker. */
-        int64_t every = g->geom.bucket_ms < 3600000 ? g->geom.bucket_ms : 3600000;
-        if (now - g->stamp_checked_ms < every)
-            return 0;
-        return check_stamp(g, g->last_error, sizeof g->last_error);
-    }
-    if (now < g->next_connect_ms) {
-        set_err(g->last_error, sizeof g->last_error,
-                "Redis unreachable; next reconnect attempt in %lld ms",
-                (long long)(g->next_connect_ms - now));
-        return WXG_ECONN;
-    }
-    int rc = guard_connect(g, g->last_error, sizeof g->last_error);
-    if (rc == 0) {
-        g->backoff_ms = 0;
-        g->next_connect_ms = 0;
-        return 0;
-    }
-    /* Capped exponential backoff with jitter: wait between half and all of the current step. */
-    int64_t step = g->backoff_ms ? g->backoff_ms * 2 : g->conf.reconnect_min_ms;
-    if (step > g->conf.reconnect_max_ms)
-        step = g->conf.reconnect_max_ms;
-    g->backoff_ms = step;
-    int64_t half = step / 2;
-    g->next_connect_ms =
-        mono_ms() + half + (half > 0 ? (int64_t)(rng_next(&g->rng) % (uint64_t)(half + 1)) : 0);
-    return rc;
-}
-
-/* Parses one "host:port" or "[v6 address]:port" of `len` bytes into `a`. 0 or -1. */
-static int parse_one_sentinel(const char *p, size_t len, sentinel_addr *a)
-{
-    const char *h = p, *port_at;
-    size_t hl;
-    if (len > 0 && p[0] == '[') {
-        const char *close = memchr(p, ']', len);
-        if (!close || (size_t)(close - p) + 1 >= len || close[1] != ':')
-            return -1;
-        h = p + 1;
-        hl = (size_t)(close - h);
-        port_at = close + 2;
-    } else {
-        const char *colon = memchr(p, ':', len);
-        if (!colon || memchr(colon + 1, ':', len - (size_t)(colon - p) - 1))
-            return -1; /* an IPv6 address needs brackets */
-        hl = (size_t)(colon - p);
-        port_at = colon + 1;
-    }
-    size_t pl = len - (size_t)(port_at - p);
-    char digits[8];
-    if (hl == 0 || hl >= sizeof a->host || memchr(h, ' ', hl) || pl == 0 || pl >= sizeof digits)
-        return -1;
-    memcpy(digits, port_at, pl);
-    digits[pl] = '\0';
-    char *e = NULL;
-    long port = strtol(digits, &e, 10);
-    if (*e != '\0' || port < 1 || port > 65535)
-        return -1;
-    memcpy(a->host, h, hl);
-    a->host[hl] = '\0';
-    a->port = (int)port;
-    return 0;
-}
-
-/* Parses "host:port[,host:port...]" (blanks around entries allowed) into g->sent. 0 or -1. */
-static int parse_sentinels(wxg_guard_t *g, const char *list)
-{
-    for (const char *p = list;;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        while (len > 0 && *p == ' ') {
-            p++;
-            len--;
-        }
-        while (len > 0 && p[len - 1] == ' ')
-            len--;
-        if (g->nsent == WXG_GUARD_SENTINELS_MAX || parse_one_sentinel(p, len, &g->sent[g->nsent]))
-            return -1;
-        g->nsent++;
-        if (!end)
-            return 0;
-        p = end + 1;
-    }
-}
-
-wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr, size_t errstr_size)
-{
-    int rc = 0;
-    wxg_guard_t *g = NULL;
-    if (!conf) {
-        rc = WXG_EINVAL;
-        set_err(errstr, errstr_size, "no configuration");
-        goto out;
-    }
-    const char *prefix = conf->prefix ? conf->prefix : "wxg:";
-    if (!wxg__guard_prefix_valid(prefix)) {
-        rc = WXG_ECONFIG;
-        set_err(errstr, errstr_size,
-                "key prefix must be 1..%d bytes of [A-Za-z0-9:_.-] (no hash-tag braces)",
-                WXG_GUARD_PREFIX_MAX);
-        goto out;
-    }
-    if (conf->lease_ms < 10 || conf->inflight_ttl_ms < conf->lease_ms ||
-        conf->failed_retention_ms <= 0 || conf->connect_timeout_ms <= 0 ||
-        conf->command_timeout_ms <= 0 || conf->batch_max < 1 || conf->batch_max > 1024 ||
-        conf->wait_replicas < 0 || (conf->wait_replicas > 0 && conf->wait_timeout_ms <= 0) ||
-        conf->reconnect_min_ms < 1 || conf->reconnect_max_ms < conf->reconnect_min_ms ||
-        (!conf->unix_path && (conf->port <= 0 || conf->port > 65535)) || conf->db < 0) {
-        rc = WXG_ECONFIG;
-        set_err(errstr, errstr_size,
-                "invalid guard configuration: need lease_ms >= 10, inflight_ttl_ms >= lease_ms, "
-                "positive timeouts and retentions, batch_max 1..1024, a valid port and db");
-        goto out;
-    }
-    if (conf->password && strlen(conf->password) == 0) {
-        rc = WXG_ECONFIG;
-        set_err(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
-        goto out;
-    }
-    g = calloc(1, sizeof *g);
-    if (!g) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "out of memory");
-        goto out;
-    }
-    g->conf = *conf;
-    rc = wxg__guard_geom_compute(conf, &g->geom, errstr, errstr_size);
-    if (rc)
-        goto out;
-    g->host = dup_or_null(conf->host ? conf->host : "127.0.0.1");
-    g->unix_path = dup_or_null(conf->unix_path);
-    g->user = dup_or_null(conf->user);
-    g->password = dup_or_null(conf->password);
-    g->prefix = dup_or_null(prefix);
-    if (!g->host || (conf->unix_path && !g->unix_path) || (conf->user && !g->user) ||
-        (conf->password && !g->password) || !g->prefix) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "out of memory");
-        goto out;
-    }
-    if (conf->sentinels && *conf->sentinels) {
-        if (parse_sentinels(g, conf->sentinels) != 0 || !conf->sentinel_master ||
-            !*conf->sentinel_master || strlen(conf->sentinel_master) > 128) {
-            rc = WXG_ECONFIG;
-            set_err(errstr, errstr_size,
-                    "invalid Sentinel configuration: need 1..%d host:port entries and the "
-                    "primary's name (at most 128 bytes)",
-                    WXG_GUARD_SENTINELS_MAX);
-            goto out;
-        }
-        g->sentinel_master = strdup(conf->sentinel_master);
-        g->sentinel_user = dup_or_null(conf->sentinel_user);
-        g->sentinel_password = dup_or_null(conf->sentinel_password);
-        if (!g->sentinel_master || (conf->sentinel_user && !g->sentinel_user) ||
-            (conf->sentinel_password && !g->sentinel_password)) {
-            rc = WXG_ENOMEM;
-            set_err(errstr, errstr_size, "out of memory");
-            goto out;
-        }
-        free(g->unix_path); /* the Sentinels name a TCP address */
-        g->unix_path = NULL;
-    }
-    /* Only the parsed and copied forms are used after this call. */
-    g->conf.sentinels = NULL;
-    g->conf.sentinel_master = g->sentinel_master;
-    g->conf.sentinel_user = g->sentinel_user;
-    g->conf.sentinel_password = NULL;
-    g->conf.host = g->host;
-    g->conf.unix_path = g->unix_path;
-    g->conf.user = g->user;
-    g->conf.password = NULL; /* only g->password holds it */
-    g->conf.prefix = g->prefix;
-    wxg__guard_geom_stamp(&g->geom, g->stamp, sizeof g->stamp);
-    snprintf(g->layout_key, sizeof g->layout_key, "%slayout", g->prefix);
-    if (fill_random(&g->rng, sizeof g->rng) != 0 || g->rng == 0)
-        g->rng = (uint64_t)mono_ms() | 1;
-    rc = near_ns(g);
-    if (rc) {
-        set_err(errstr, errstr_size, "out of memory");
-        goto out;
-    }
-    rc = guard_connect(g, errstr, errstr_size);
-out:
-    if (rc) {
-        wxg_guard_destroy(g);
-        g = NULL;
-    }
-    if (err)
-        *err = rc;
-    return g;
-}
-
-void wxg_guard_destroy(wxg_guard_t *g)
-{
-    if (!g)
-        return;
-    drop_ctx(g);
-    free(g->host);
-    free(g->unix_path);
-    free(g->user);
-    free_secret(g->password);
-    free(g->prefix);
-    free(g->sentinel_master);
-    free(g->sentinel_user);
-    free_secret(g->sentinel_password);
-    free(g);
-}
-
-void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out)
-{
-    *out = g->stats;
-}
-
-const char *wxg_guard_last_error(const wxg_guard_t *g)
-{
-    return g->last_error;
-}
-
-int wxg_guard_describe_layout(const wxg_guard_t *g, char *buf, size_t size)
-{
-    const wxg__guard_geom_t *m = &g->geom;
-    int n = snprintf(buf, size,
-                     "shards=%d selector_bits=%d field_bytes=%d bucket_ms=%lld retention_ms=%lld "
-                     "bucket_mean=%.1f window_markers=%.3g false_duplicate_bound=%.3g",
-                     1 << m->shard_bits, m->selector_bits, m->field_bytes, (long long)m->bucket_ms,
-                     (long long)m->retention_ms, m->bucket_mean, m->window_markers, m->false_dup);
-    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Batches: one EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster
- * mode), all chunks of an API call pipelined in one round trip.
- */
-
-#define ITEM_ARGS 5
-
-typedef struct item {
-    wxg__guard_keys_t k;
-    unsigned char fp[32]; /* SHA-256 of the idempotency key */
-    const char *arg[ITEM_ARGS];
-    size_t len[ITEM_ARGS];
-    const char *blob; /* packed batches: the message's one script argument (batch.blobs) */
-    size_t blob_len;
-    char owner[WXG_GUARD_OWNER_LEN + 1];
-    char pfx[64];   /* ownership prefix 'P|owner|fence|' of the record */
-    char tag[8];    /* payload tag */
-    char extra[12]; /* fail: attempt count */
-} item;
-
-typedef struct chunk {
-    size_t first, count; /* a range of batch.order */
-    int argc;
-    const char **argv;
-    size_t *lens;
-    char numkeys[24];
-    redisReply *reply;
-} chunk;
-
-typedef struct batch {
-    int script;
-    int packed; /* one argument per message (item.blob) and one declared key per chunk */
-    char *blobs;
-    size_t n;
-    item *items;
-    size_t *order;
-    size_t nchunks;
-    chunk *chunks;
-    const char *hdr[4];
-    size_t hdrlen[4];
-    int nhdr;
-    int nargs;
-    char hdrbuf[4][24];
-} batch;
-
-static void batch_free(batch *b)
+void wxg__guard_batch_free(wxg__guard_batch_t *b)
 {
     if (b->chunks) {
         for (size_t i = 0; i < b->nchunks; i++) {
@@ -1218,7 +703,7 @@ static void batch_free(batch *b)
     memset(b, 0, sizeof *b);
 }
 
-static int batch_init(wxg_guard_t *g, batch *b, int script, size_t n, int nargs)
+int wxg__guard_batch_init(wxg__guard_batch_t *b, int script, size_t n, int nargs)
 {
     memset(b, 0, sizeof *b);
     b->script = script;
@@ -1227,13 +712,13 @@ static int batch_init(wxg_guard_t *g, batch *b, int script, size_t n, int nargs)
     b->items = calloc(n, sizeof *b->items);
     b->order = calloc(n, sizeof *b->order);
     if (!b->items || !b->order) {
-        batch_free(b);
+        wxg__guard_batch_free(b);
         return WXG_ENOMEM;
     }
     return 0;
 }
 
-static void batch_hdr_num(batch *b, long long v)
+void wxg__guard_batch_hdr_num(wxg__guard_batch_t *b, long long v)
 {
     int i = b->nhdr++;
     snprintf(b->hdrbuf[i], sizeof b->hdrbuf[i], "%lld", v);
@@ -1243,8 +728,8 @@ static void batch_hdr_num(batch *b, long long v)
 
 /* Computes names for item i from its key. fp: the key's fingerprint when the caller already
  * has it (the near cache hashed the key), else NULL. */
-static int item_keys(wxg_guard_t *g, item *it, const char *key, size_t key_len,
-                     const unsigned char *fp)
+int wxg__guard_item_keys(const wxg__guard_redis_t *rg, wxg__guard_item_t *it, const char *key,
+                         size_t key_len, const unsigned char *fp)
 {
     if (!key || key_len == 0)
         return WXG_EINVAL;
@@ -1255,7 +740,7 @@ static int item_keys(wxg_guard_t *g, item *it, const char *key, size_t key_len,
         if (rc)
             return rc;
     }
-    return wxg__guard_keys_build(g->prefix, &g->geom, it->fp, &it->k);
+    return wxg__guard_keys_build(rg->prefix, &rg->geom, it->fp, &it->k);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -1265,7 +750,7 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Orders items by shard, keeping the caller's order within a shard (cluster mode). */
-static int order_by_shard(batch *b)
+static int order_by_shard(wxg__guard_batch_t *b)
 {
     uint64_t *tmp = malloc(b->n * sizeof *tmp);
     if (!tmp)
@@ -1280,27 +765,27 @@ static int order_by_shard(batch *b)
 }
 
 /* Splits the items into chunks and builds each chunk's argv. */
-static int batch_build(wxg_guard_t *g, batch *b)
+int wxg__guard_batch_build(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
 {
     for (size_t i = 0; i < b->n; i++)
         b->order[i] = i;
-    if (g->conf.cluster && b->n > 1) {
+    if (rg->conf.cluster && b->n > 1) {
         int rc = order_by_shard(b);
         if (rc)
             return rc;
     }
-    size_t max = (size_t)g->conf.batch_max, cap = b->n; /* at most one chunk per item */
+    size_t max = (size_t)rg->conf.batch_max, cap = b->n; /* at most one chunk per item */
     b->chunks = calloc(cap, sizeof *b->chunks);
     if (!b->chunks)
         return WXG_ENOMEM;
     size_t i = 0;
     while (i < b->n) {
-        chunk *c = &b->chunks[b->nchunks++];
+        wxg__guard_chunk_t *c = &b->chunks[b->nchunks++];
         c->first = i;
         c->count = 1;
         unsigned shard = b->items[b->order[i]].k.shard;
         while (i + c->count < b->n && c->count < max &&
-               (!g->conf.cluster || b->items[b->order[i + c->count]].k.shard == shard))
+               (!rg->conf.cluster || b->items[b->order[i + c->count]].k.shard == shard))
             c->count++;
         i += c->count;
         /* A packed chunk declares only its first record: every key a script touches is in that
@@ -1323,7 +808,7 @@ static int batch_build(wxg_guard_t *g, batch *b)
         c->argv[a] = c->numkeys;
         c->lens[a++] = strlen(c->numkeys);
         for (size_t j = 0; j < (size_t)nkeys; j++) {
-            const item *it = &b->items[b->order[c->first + j]];
+            const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
             c->argv[a] = it->k.record;
             c->lens[a++] = it->k.record_len;
         }
@@ -1332,7 +817,7 @@ static int batch_build(wxg_guard_t *g, batch *b)
             c->lens[a++] = b->hdrlen[h];
         }
         for (size_t j = 0; j < c->count; j++) {
-            const item *it = &b->items[b->order[c->first + j]];
+            const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
             if (b->packed) {
                 c->argv[a] = it->blob;
                 c->lens[a++] = it->blob_len;
@@ -1349,66 +834,54 @@ static int batch_build(wxg_guard_t *g, batch *b)
 
 /* Sends every chunk that has no reply yet (plus WAIT when configured) in one pipeline and reads
  * the replies. Returns 0, or a call-level error; NOSCRIPT replies are left for the caller. */
-static int send_round(wxg_guard_t *g, batch *b, int with_wait, long long *acks)
+static int send_round(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int with_wait, long long *acks)
 {
     for (size_t i = 0; i < b->nchunks; i++) {
-        chunk *c = &b->chunks[i];
+        wxg__guard_chunk_t *c = &b->chunks[i];
         if (c->reply)
             continue;
-        c->argv[1] = g->sha[b->script];
-        if (redisAppendCommandArgv(g->ctx, c->argc, c->argv, c->lens) != REDIS_OK)
+        c->argv[1] = rg->sha[b->script];
+        if (redisAppendCommandArgv(rg->ctx, c->argc, c->argv, c->lens) != REDIS_OK)
             goto io_error;
-        g->stats.script_calls++;
+        rg->stats->script_calls++;
     }
     char wn[16], wt[16];
     if (with_wait) {
-        snprintf(wn, sizeof wn, "%d", g->conf.wait_replicas);
-        snprintf(wt, sizeof wt, "%d", g->conf.wait_timeout_ms);
+        snprintf(wn, sizeof wn, "%d", rg->conf.wait_replicas);
+        snprintf(wt, sizeof wt, "%d", rg->conf.wait_timeout_ms);
         const char *argv[3] = {"WAIT", wn, wt};
         size_t lens[3] = {4, strlen(wn), strlen(wt)};
-        if (redisAppendCommandArgv(g->ctx, 3, argv, lens) != REDIS_OK)
+        if (redisAppendCommandArgv(rg->ctx, 3, argv, lens) != REDIS_OK)
             goto io_error;
     }
     for (size_t i = 0; i < b->nchunks; i++) {
-        chunk *c = &b->chunks[i];
+        wxg__guard_chunk_t *c = &b->chunks[i];
         if (c->reply)
             continue;
         void *r = NULL;
         errno = 0;
-        if (redisGetReply(g->ctx, &r) != REDIS_OK || !r)
+        if (redisGetReply(rg->ctx, &r) != REDIS_OK || !r)
             goto io_error;
         c->reply = r;
     }
     if (with_wait) {
         void *r = NULL;
         errno = 0;
-        if (redisGetReply(g->ctx, &r) != REDIS_OK || !r)
+        if (redisGetReply(rg->ctx, &r) != REDIS_OK || !r)
             goto io_error;
         redisReply *w = r;
         *acks = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
         freeReplyObject(w);
     }
-    g->stats.round_trips++;
+    rg->stats->round_trips++;
     return 0;
 
 io_error:;
     int saved = errno;
-    int rc = ctx_code(g->ctx, saved);
-    set_err(g->last_error, sizeof g->last_error, "Redis I/O error: %s", g->ctx->errstr);
-    drop_ctx(g);
+    int rc = wxg__guard_conn_code(rg->ctx, saved);
+    wxg__guard_set_error(rg->handle, "Redis I/O error: %s", rg->ctx->errstr);
+    wxg__guard_conn_drop(rg);
     return rc;
-}
-
-/* An error reply saying the server is a read-only replica now (demoted by a failover, or a
- * host name that points elsewhere since): drop the connection, so that the next call connects
- * again (in Sentinel mode: asks the Sentinels again) instead of writing to it in vain. */
-static void note_refusal(wxg_guard_t *g, const redisReply *r)
-{
-    /* A script's error carries the command's own code first: "READONLY You can't write...". */
-    if (r->type == REDIS_REPLY_ERROR && starts_with(r->str, r->len, "READONLY")) {
-        g->stats.demotions++;
-        drop_ctx(g);
-    }
 }
 
 static int is_noscript(const redisReply *r)
@@ -1419,27 +892,26 @@ static int is_noscript(const redisReply *r)
 /* Runs a built batch (per_message: each reply must be an array with one element per message):
  * at most two rounds (the second only for chunks refused with NOSCRIPT after
  * reloading the scripts). On success every chunk has a non-error reply. */
-static int batch_run(wxg_guard_t *g, batch *b, int writes, int per_message)
+int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writes, int per_message)
 {
-    int rc = ensure_ctx(g);
+    int rc = wxg__guard_conn_ensure(rg);
     if (rc)
         goto out;
-    int with_wait = writes && g->conf.wait_replicas > 0;
+    int with_wait = writes && rg->conf.wait_replicas > 0;
     for (int round = 0; round < 2; round++) {
         long long acks = 0;
-        rc = send_round(g, b, with_wait, &acks);
+        rc = send_round(rg, b, with_wait, &acks);
         if (rc)
             goto out;
-        if (with_wait && acks < g->conf.wait_replicas) {
+        if (with_wait && acks < rg->conf.wait_replicas) {
             rc = WXG_EREPLICAS;
-            set_err(g->last_error, sizeof g->last_error,
-                    "WAIT: %lld of %d replicas acknowledged within %d ms", acks,
-                    g->conf.wait_replicas, g->conf.wait_timeout_ms);
+            wxg__guard_set_error(rg->handle, "WAIT: %lld of %d replicas acknowledged within %d ms",
+                                 acks, rg->conf.wait_replicas, rg->conf.wait_timeout_ms);
             goto out;
         }
         int noscript = 0;
         for (size_t i = 0; i < b->nchunks; i++) {
-            chunk *c = &b->chunks[i];
+            wxg__guard_chunk_t *c = &b->chunks[i];
             if (is_noscript(c->reply)) {
                 freeReplyObject(c->reply);
                 c->reply = NULL;
@@ -1450,51 +922,50 @@ static int batch_run(wxg_guard_t *g, batch *b, int writes, int per_message)
             break;
         if (round == 1) {
             rc = WXG_EREDIS;
-            set_err(g->last_error, sizeof g->last_error, "NOSCRIPT again after reloading");
+            wxg__guard_set_error(rg->handle, "NOSCRIPT again after reloading");
             goto out;
         }
-        g->stats.noscript_reloads++;
-        rc = load_scripts(g, g->last_error, sizeof g->last_error);
+        rg->stats->noscript_reloads++;
+        rc = wxg__guard_conn_load_scripts(rg, rg->last_error, rg->last_error_size);
         if (rc)
             goto out;
     }
     for (size_t i = 0; i < b->nchunks; i++) {
         const redisReply *r = b->chunks[i].reply;
         if (r->type == REDIS_REPLY_ERROR) {
-            rc = refusal_code(r);
-            set_err(g->last_error, sizeof g->last_error, "Redis refused the script: %.*s",
-                    (int)(r->len > 200 ? 200 : r->len), r->str);
-            note_refusal(g, r);
+            rc = wxg__guard_refusal_code(r);
+            wxg__guard_set_error(rg->handle, "Redis refused the script: %.*s",
+                                 (int)(r->len > 200 ? 200 : r->len), r->str);
+            wxg__guard_conn_note_refusal(rg, r);
             goto out;
         }
         if (per_message && (r->type != REDIS_REPLY_ARRAY || r->elements != b->chunks[i].count)) {
             rc = WXG_EREDIS;
-            set_err(g->last_error, sizeof g->last_error, "unexpected script reply shape");
+            wxg__guard_set_error(rg->handle, "unexpected script reply shape");
             goto out;
         }
     }
 out:
     if (rc)
-        count_error(g, rc);
+        wxg__guard_count_error(rg->stats, rc);
     return rc;
 }
 
-/* The reply element of item `idx` (by position in the caller's array). Builds a map once. */
-static const redisReply *batch_elem(const batch *b, size_t chunk_i, size_t j)
+const redisReply *wxg__guard_batch_elem(const wxg__guard_batch_t *b, size_t c, size_t j)
 {
-    return b->chunks[chunk_i].reply->element[j];
+    return b->chunks[c].reply->element[j];
 }
 
 /* Fills the per-message results of a renew/plugin_done/complete/fail batch. */
-static int batch_results(wxg_guard_t *g, batch *b, int *results)
+static int batch_results(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int *results)
 {
     for (size_t c = 0; c < b->nchunks; c++) {
         for (size_t j = 0; j < b->chunks[c].count; j++) {
             size_t idx = b->order[b->chunks[c].first + j];
             int res;
-            if (wxg__guard_parse_result(batch_elem(b, c, j), &res)) {
-                set_err(g->last_error, sizeof g->last_error, "unexpected script result");
-                g->stats.redis_errors++;
+            if (wxg__guard_parse_result(wxg__guard_batch_elem(b, c, j), &res)) {
+                wxg__guard_set_error(rg->handle, "unexpected script result");
+                rg->stats->redis_errors++;
                 return WXG_EREDIS;
             }
             results[idx] = res;
@@ -1526,18 +997,13 @@ static char *blob_names(char *out, const wxg__guard_keys_t *k, int nlen)
     return p + k->field_len;
 }
 
-static int ticket_valid(const wxg_guard_ticket_t *t)
-{
-    return t && t->key && t->key_len > 0 && t->fence > 0 && strlen(t->owner) == WXG_GUARD_OWNER_LEN;
-}
-
 /* Common set-up of a transition batch on tickets: names and the ownership argument. */
-static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_ticket_t *t)
+static int ticket_items(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i,
+                        const wxg_guard_ticket_t *t)
 {
-    item *it = &b->items[i];
-    if (!ticket_valid(t))
-        return WXG_EINVAL;
-    int rc = item_keys(g, it, t->key, t->key_len, t->fingerprint_set ? t->fingerprint : NULL);
+    wxg__guard_item_t *it = &b->items[i];
+    int rc = wxg__guard_item_keys(rg, it, t->key, t->key_len,
+                                  t->fingerprint_set ? t->fingerprint : NULL);
     if (rc)
         return rc;
     /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
@@ -1562,273 +1028,129 @@ static int ticket_items(wxg_guard_t *g, batch *b, size_t i, const wxg_guard_tick
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Transitions
- */
-
-/* ---- naive mode (benchmark only; wxg_guard_conf_t.naive) ----
- *
- * The design the benchmarks measure wxguard against: one round trip per message and step, one
- * key per DONE marker. It shares the connection handling with the real guard and nothing else;
- * it exists so that `wxguard-bench e2e --naive` can run the real consumer pipeline on it. */
-
-#define NAIVE_KEY_MAX (64 + 3 + 64 + 1)
-
-static void naive_key(const wxg_guard_t *g, const char *key, size_t key_len,
-                      char out[NAIVE_KEY_MAX])
-{
-    unsigned char fp[32];
-    char hex[65];
-    wxg__guard_fingerprint(key, key_len, fp);
-    wxg__to_hex(fp, 32, hex);
-    snprintf(out, NAIVE_KEY_MAX, "%sn:%s", g->prefix, hex);
-}
-
-/* One command, one round trip. The reply is the caller's to free. */
-static int naive_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *lens,
-                     redisReply **out)
-{
-    int rc = ensure_ctx(g);
-    if (rc) {
-        count_error(g, rc);
-        return rc;
-    }
-    errno = 0;
-    redisReply *r = redisCommandArgv(g->ctx, argc, argv, lens);
-    if (!r) {
-        int saved = errno;
-        rc = ctx_code(g->ctx, saved);
-        set_err(g->last_error, sizeof g->last_error, "Redis I/O error: %s", g->ctx->errstr);
-        drop_ctx(g);
-        count_error(g, rc);
-        return rc;
-    }
-    g->stats.round_trips++;
-    if (r->type == REDIS_REPLY_ERROR) {
-        set_err(g->last_error, sizeof g->last_error, "%s: %.*s", argv[0], (int)r->len, r->str);
-        freeReplyObject(r);
-        count_error(g, WXG_EREDIS);
-        return WXG_EREDIS;
-    }
-    *out = r;
-    return 0;
-}
-
-static int naive_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out)
-{
-    char lease[24];
-    snprintf(lease, sizeof lease, "%lld", (long long)g->conf.lease_ms);
-    for (size_t i = 0; i < n; i++) {
-        char key[NAIVE_KEY_MAX];
-        unsigned char rnd[16];
-        char owner[WXG_GUARD_OWNER_LEN + 1];
-        naive_key(g, msgs[i].key, msgs[i].key_len, key);
-        int rc = fill_random(rnd, sizeof rnd);
-        if (rc)
-            return rc;
-        wxg__to_hex(rnd, sizeof rnd, owner);
-        const char *argv[7] = {"SET", key, owner, "NX", "GET", "PX", lease};
-        size_t lens[7] = {3, strlen(key), WXG_GUARD_OWNER_LEN, 2, 3, 2, strlen(lease)};
-        redisReply *r = NULL;
-        rc = naive_cmd(g, 7, argv, lens, &r);
-        if (rc)
-            return rc;
-        wxg_guard_claim_t *o = &out[i];
-        if (r->type == REDIS_REPLY_NIL) {
-            o->outcome = WXG_GUARD_CLAIMED;
-            o->attempt = 1;
-            o->ticket.key = msgs[i].key;
-            o->ticket.key_len = msgs[i].key_len;
-            o->ticket.fence = 1;
-            memcpy(o->ticket.owner, owner, sizeof owner);
-            g->stats.claimed++;
-        } else if (r->type == REDIS_REPLY_STRING && r->len == 1 && r->str[0] == 'D') {
-            o->outcome = WXG_GUARD_DUPLICATE;
-            g->stats.duplicates++;
-        } else {
-            /* Another owner holds it; its lease is at most a whole lease long. */
-            o->outcome = WXG_GUARD_BUSY;
-            o->lease_ms_left = g->conf.lease_ms;
-            g->stats.busy++;
-        }
-        freeReplyObject(r);
-    }
-    return 0;
-}
-
-static int naive_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
-{
-    char ex[24];
-    snprintf(ex, sizeof ex, "%lld", (long long)(g->conf.done_retention_ms / 1000));
-    for (size_t i = 0; i < n; i++) {
-        char key[NAIVE_KEY_MAX];
-        naive_key(g, t[i].key, t[i].key_len, key);
-        const char *argv[5] = {"SET", key, "D", "EX", ex};
-        size_t lens[5] = {3, strlen(key), 1, 2, strlen(ex)};
-        redisReply *r = NULL;
-        int rc = naive_cmd(g, 5, argv, lens, &r);
-        if (rc)
-            return rc;
-        freeReplyObject(r);
-        results[i] = WXG_GUARD_OK;
-        g->stats.completed++;
-    }
-    return 0;
-}
-
-static int naive_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
-{
-    char lease[24];
-    snprintf(lease, sizeof lease, "%lld", (long long)g->conf.lease_ms);
-    for (size_t i = 0; i < n; i++) {
-        char key[NAIVE_KEY_MAX];
-        naive_key(g, t[i].key, t[i].key_len, key);
-        const char *argv[3] = {"PEXPIRE", key, lease};
-        size_t lens[3] = {7, strlen(key), strlen(lease)};
-        redisReply *r = NULL;
-        int rc = naive_cmd(g, 3, argv, lens, &r);
-        if (rc)
-            return rc;
-        results[i] =
-            r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? WXG_GUARD_OK : WXG_GUARD_LEASE_LOST;
-        freeReplyObject(r);
-        if (results[i] == WXG_GUARD_OK)
-            g->stats.renewed++;
-    }
-    return 0;
-}
-
-static int naive_refuse(wxg_guard_t *g, const char *what)
-{
-    set_err(g->last_error, sizeof g->last_error, "%s is not available in naive mode", what);
-    return WXG_ESTATE;
-}
-
-void wxg_guard_claim_clear(wxg_guard_claim_t *c)
-{
-    if (!c)
-        return;
-    free(c->finished);
-    memset(c, 0, sizeof *c);
-}
-
-/* ---- near cache (conf.done_cache; docs/guard.md §10) ----
+ * Near cache (conf.done_cache; docs/guard.md §10)
  *
  * Kept apart from the Redis paths on purpose: claim filters the messages the cache knows before
  * the Redis path sees the rest, and complete remembers what it wrote after the Redis path
- * returned, so neither depends on how a script call is packed or answered. */
+ * returned, so neither depends on how a script call is packed or answered.
+ */
+
+static int claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                       wxg_guard_claim_t *out, const unsigned char (*fps)[32]);
 
 /* The cache key of `key`: the first 16 bytes of its fingerprint, mixed with this handle's
  * server/database/prefix identity so that handles of different deployments never see each
  * other's entries in a shared cache. */
-static void near_fp(const wxg_guard_t *g, const unsigned char fp[32],
+static void near_fp(const wxg__guard_redis_t *rg, const unsigned char fp[32],
                     unsigned char out[WXG_DONECACHE_FP_LEN])
 {
     for (size_t i = 0; i < WXG_DONECACHE_FP_LEN; i++)
-        out[i] = fp[i] ^ g->cache_ns[i];
+        out[i] = fp[i] ^ rg->cache_ns[i];
 }
 
-static int near_ns(wxg_guard_t *g)
+static int near_ns(wxg__guard_redis_t *rg)
 {
     char id[1024];
     /* Under Sentinel the deployment is the named primary, wherever it runs now: its markers
      * move with it through a failover, and so may the cache's entries. */
-    int len = g->nsent > 0 ? snprintf(id, sizeof id, "wxg-donecache\nsentinel\n%s\n%d\n%s",
-                                      g->sentinel_master, g->conf.db, g->prefix)
-                           : snprintf(id, sizeof id, "wxg-donecache\n%s\n%d\n%d\n%s",
-                                      g->unix_path ? g->unix_path : g->host,
-                                      g->unix_path ? 0 : g->conf.port, g->conf.db, g->prefix);
+    int len = rg->nsent > 0 ? snprintf(id, sizeof id, "wxg-donecache\nsentinel\n%s\n%d\n%s",
+                                       rg->sentinel_master, rg->conf.db, rg->prefix)
+                            : snprintf(id, sizeof id, "wxg-donecache\n%s\n%d\n%d\n%s",
+                                       rg->unix_path ? rg->unix_path : rg->host,
+                                       rg->unix_path ? 0 : rg->conf.port, rg->conf.db, rg->prefix);
     if (len < 0)
         return WXG_EINVAL;
     unsigned char fp[32];
     int rc = wxg__guard_fingerprint(id, (size_t)len < sizeof id ? (size_t)len : sizeof id - 1, fp);
     if (rc == 0)
-        memcpy(g->cache_ns, fp, sizeof g->cache_ns);
+        memcpy(rg->cache_ns, fp, sizeof rg->cache_ns);
     return rc;
 }
 
-/* Answers from the cache what it knows and sends only the rest to Redis (none: no call). */
-static int near_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
+/* Looks every message up in the cache: a hit is answered DUPLICATE in out[i] (cached = 1).
+ * fps[i] receives each key's fingerprint, so that a key is hashed once. Returns the number of
+ * hits, or WXG_ENOMEM. */
+static long near_lookup(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                        wxg_guard_claim_t *out, unsigned char (*fps)[32], size_t *mismatches)
 {
-    int64_t now = mono_ms();
-    size_t hits = 0, mismatches = 0;
-    /* Each key is hashed once: the fingerprints go on to the Redis path with the misses. */
-    unsigned char(*fps)[32] = malloc(n * sizeof *fps);
-    if (!fps)
-        return WXG_ENOMEM;
+    int64_t now = wxg__guard_mono_ms();
+    long hits = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char nfp[WXG_DONECACHE_FP_LEN];
         int tag = 0;
-        memset(fps[i], 0, sizeof fps[i]);
-        /* A key that cannot be used goes to the Redis path, which reports it. */
-        if (!msgs[i].key || msgs[i].key_len == 0)
-            continue;
-        if (wxg__guard_fingerprint(msgs[i].key, msgs[i].key_len, fps[i]) != 0) {
-            free(fps);
+        if (wxg__guard_fingerprint(msgs[i].key, msgs[i].key_len, fps[i]) != 0)
             return WXG_ENOMEM;
-        }
-        near_fp(g, fps[i], nfp);
-        if (!wxg_donecache_lookup(g->conf.done_cache, nfp, now, &tag))
+        near_fp(rg, fps[i], nfp);
+        if (!wxg_donecache_lookup(rg->conf.done_cache, nfp, now, &tag))
             continue;
         out[i].outcome = WXG_GUARD_DUPLICATE;
         out[i].cached = 1;
         out[i].payload_mismatch = tag != wxg__guard_payload_tag(msgs[i].payload_hash);
-        mismatches += (size_t)out[i].payload_mismatch;
+        *mismatches += (size_t)out[i].payload_mismatch;
         hits++;
     }
-    if (hits == 0) {
-        int rc0 = claim_redis(g, msgs, n, out, (const unsigned char(*)[32])fps);
-        free(fps);
-        return rc0;
-    }
+    return hits;
+}
+
+/* Claims in Redis the m messages the cache did not know (out[i].cached == 0), packing them and
+ * their fingerprints to the front, and puts their results back in place. */
+static int near_claim_misses(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                             size_t m, wxg_guard_claim_t *out, unsigned char (*fps)[32])
+{
     int rc = 0;
-    size_t m = n - hits;
-    wxg_guard_msg_t *sub = NULL;
-    wxg_guard_claim_t *subout = NULL;
-    size_t *idx = NULL;
-    if (m > 0) {
-        sub = malloc(m * sizeof *sub);
-        subout = calloc(m, sizeof *subout);
-        idx = malloc(m * sizeof *idx);
-        if (!sub || !subout || !idx) {
-            rc = WXG_ENOMEM;
-            goto out;
-        }
-        for (size_t i = 0, k = 0; i < n; i++) {
-            if (!out[i].cached) {
-                sub[k] = msgs[i];
-                /* The misses' fingerprints, packed to the front in the same order. */
-                if (k != i)
-                    memcpy(fps[k], fps[i], sizeof fps[k]);
-                idx[k++] = i;
-            }
-        }
-        rc = claim_redis(g, sub, m, subout, (const unsigned char(*)[32])fps);
-        if (rc)
-            goto out;
-        for (size_t k = 0; k < m; k++)
-            out[idx[k]] = subout[k]; /* takes over what the result owns */
+    wxg_guard_msg_t *sub = malloc(m * sizeof *sub);
+    wxg_guard_claim_t *subout = calloc(m, sizeof *subout);
+    size_t *idx = malloc(m * sizeof *idx);
+    if (!sub || !subout || !idx) {
+        rc = WXG_ENOMEM;
+        goto out;
     }
-    g->stats.duplicates += hits;
-    g->stats.local_duplicates += hits;
-    g->stats.payload_mismatches += mismatches;
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (!out[i].cached) {
+            sub[k] = msgs[i];
+            /* The misses' fingerprints, packed to the front in the same order. */
+            if (k != i)
+                memcpy(fps[k], fps[i], sizeof fps[k]);
+            idx[k++] = i;
+        }
+    }
+    rc = claim_redis(rg, sub, m, subout, (const unsigned char(*)[32])fps);
+    if (rc)
+        goto out;
+    for (size_t k = 0; k < m; k++)
+        out[idx[k]] = subout[k]; /* takes over what the result owns */
 out:
-    free(fps);
     free(sub);
     free(subout);
     free(idx);
     return rc;
 }
 
-/* Claim results carry the payload tag their DONE marker will get, for near_remember. */
-static void ticket_tags(const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
+/* Answers from the cache what it knows and sends only the rest to Redis (none: no call). */
+static int near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                      wxg_guard_claim_t *out)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (out[i].outcome == WXG_GUARD_CLAIMED) {
-            out[i].ticket.payload_tag = wxg__guard_payload_tag(msgs[i].payload_hash);
-            out[i].ticket.payload_tag_set = 1;
+    size_t mismatches = 0;
+    unsigned char(*fps)[32] = calloc(n, sizeof *fps);
+    if (!fps)
+        return WXG_ENOMEM;
+    int rc = 0;
+    long hits = near_lookup(rg, msgs, n, out, fps, &mismatches);
+    if (hits < 0) {
+        rc = (int)hits;
+    } else if (hits == 0) {
+        rc = claim_redis(rg, msgs, n, out, (const unsigned char(*)[32])fps);
+    } else {
+        if ((size_t)hits < n)
+            rc = near_claim_misses(rg, msgs, n, n - (size_t)hits, out, fps);
+        if (rc == 0) {
+            rg->stats->duplicates += (uint64_t)hits;
+            rg->stats->local_duplicates += (uint64_t)hits;
+            rg->stats->payload_mismatches += mismatches;
         }
     }
+    free(fps);
+    return rc;
 }
 
 /* Remembers the messages whose DONE marker this call wrote (result OK), until sent_ms + the
@@ -1836,61 +1158,51 @@ static void ticket_tags(const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t
  * least the retention after it was written, so the cache never says DUPLICATE where Redis
  * would not. ALREADY_DONE is not remembered: the marker was written at an unknown earlier time
  * and may expire at any moment. */
-static void near_remember(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, const int *results,
-                          const unsigned char (*fps)[32], int64_t sent_ms)
+static void near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                          const int *results, const unsigned char (*fps)[32], int64_t sent_ms)
 {
-    int64_t now = mono_ms();
-    int64_t expires = sent_ms + g->geom.retention_ms;
+    int64_t now = wxg__guard_mono_ms();
+    int64_t expires = sent_ms + rg->geom.retention_ms;
     for (size_t i = 0; i < n; i++) {
         unsigned char nfp[WXG_DONECACHE_FP_LEN];
         if (results[i] != WXG_GUARD_OK || !t[i].payload_tag_set)
             continue;
-        near_fp(g, fps[i], nfp);
-        wxg_donecache_insert(g->conf.done_cache, nfp, t[i].payload_tag, expires, now);
+        near_fp(rg, fps[i], nfp);
+        wxg_donecache_insert(rg->conf.done_cache, nfp, t[i].payload_tag, expires, now);
     }
 }
 
-/* The Redis path of a claim (out[] is cleared by the caller). */
-static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out, const unsigned char (*fps)[32])
+/* ---------------------------------------------------------------------------------------------
+ * Transitions
+ */
+
+/* Packs each message's one claim argument into b->blobs (lib/lua/claim.lua): four length bytes,
+ * then the bucket stem, the record name, the marker field, the head of a new record
+ * 'P|owner|1|tag', and the idempotency key as 'klen|key', which the script copies into a new
+ * record unchanged. Owners are fresh random tokens. */
+static int claim_pack(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const wxg_guard_msg_t *msgs,
+                      const unsigned char (*fps)[32])
 {
-    batch b;
-    char *kp;
-    unsigned char *rnd = NULL;
-    int rc = batch_init(g, &b, S_CLAIM, n, 0);
-    if (rc)
-        return rc;
-    b.packed = 1;
-    /* One argument per message (lib/lua/claim.lua): four length bytes, then the bucket stem,
-     * the record name, the marker field, the head of a new record 'P|owner|1|tag', and the
-     * idempotency key as 'klen|key', which the script copies into a new record unchanged. */
-    size_t bytes = 0;
+    size_t n = b->n, bytes = 0;
     for (size_t i = 0; i < n; i++) {
-        if (msgs[i].key_len > SIZE_MAX / 2 - bytes - CLAIM_BLOB_FIXED) {
-            rc = WXG_EINVAL;
-            goto out;
-        }
+        if (msgs[i].key_len > SIZE_MAX / 2 - bytes - CLAIM_BLOB_FIXED)
+            return WXG_EINVAL;
         bytes += msgs[i].key_len + CLAIM_BLOB_FIXED;
     }
-    b.blobs = malloc(bytes);
-    rnd = malloc(n * 16);
-    if (!rnd || !b.blobs) {
+    b->blobs = malloc(bytes);
+    unsigned char *rnd = malloc(n * 16);
+    int rc = 0;
+    if (!rnd || !b->blobs) {
         rc = WXG_ENOMEM;
         goto out;
     }
-    rc = fill_random(rnd, n * 16);
-    if (rc)
-        goto out;
-    batch_hdr_num(&b, g->conf.lease_ms);
-    batch_hdr_num(&b, g->conf.inflight_ttl_ms);
-    batch_hdr_num(&b, g->geom.retention_ms);
-    batch_hdr_num(&b, g->geom.bucket_ms);
-    kp = b.blobs;
-    for (size_t i = 0; i < n; i++) {
-        item *it = &b.items[i];
-        rc = item_keys(g, it, msgs[i].key, msgs[i].key_len, fps ? fps[i] : NULL);
+    rc = wxg__guard_fill_random(rnd, n * 16);
+    char *kp = b->blobs;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        wxg__guard_item_t *it = &b->items[i];
+        rc = wxg__guard_item_keys(rg, it, msgs[i].key, msgs[i].key_len, fps ? fps[i] : NULL);
         if (rc)
-            goto out;
+            break;
         wxg__to_hex(rnd + 16 * i, 16, it->owner);
         int tl =
             snprintf(it->tag, sizeof it->tag, "%d", wxg__guard_payload_tag(msgs[i].payload_hash));
@@ -1908,194 +1220,108 @@ static int claim_redis(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
         it->blob_len = (size_t)(p - kp);
         kp = p;
     }
-    rc = batch_build(g, &b);
-    if (rc)
-        goto out;
-    rc = batch_run(g, &b, 1, 1);
-    if (rc)
-        goto out;
-    for (size_t c = 0; c < b.nchunks && rc == 0; c++) {
-        for (size_t j = 0; j < b.chunks[c].count; j++) {
-            size_t idx = b.order[b.chunks[c].first + j];
-            rc = wxg__guard_parse_claim(batch_elem(&b, c, j), &out[idx]);
-            if (rc) {
-                set_err(g->last_error, sizeof g->last_error, "unexpected claim reply");
-                g->stats.redis_errors++;
-                break;
-            }
+out:
+    free(rnd);
+    return rc;
+}
+
+/* Fills out[] from the claim replies, with the tickets of the CLAIMED ones, and counts them. */
+static int claim_results(wxg__guard_redis_t *rg, const wxg__guard_batch_t *b,
+                         const wxg_guard_msg_t *msgs, wxg_guard_claim_t *out)
+{
+    for (size_t c = 0; c < b->nchunks; c++) {
+        for (size_t j = 0; j < b->chunks[c].count; j++) {
+            size_t idx = b->order[b->chunks[c].first + j];
             wxg_guard_claim_t *o = &out[idx];
+            int rc = wxg__guard_parse_claim(wxg__guard_batch_elem(b, c, j), o);
+            if (rc) {
+                wxg__guard_set_error(rg->handle, "unexpected claim reply");
+                rg->stats->redis_errors++;
+                return rc;
+            }
             switch (o->outcome) {
             case WXG_GUARD_CLAIMED:
                 o->ticket.key = msgs[idx].key;
                 o->ticket.key_len = msgs[idx].key_len;
-                memcpy(o->ticket.owner, b.items[idx].owner, WXG_GUARD_OWNER_LEN + 1);
-                memcpy(o->ticket.fingerprint, b.items[idx].fp, 32);
+                memcpy(o->ticket.owner, b->items[idx].owner, WXG_GUARD_OWNER_LEN + 1);
+                memcpy(o->ticket.fingerprint, b->items[idx].fp, 32);
                 o->ticket.fingerprint_set = 1;
-                g->stats.claimed++;
+                rg->stats->claimed++;
                 break;
             case WXG_GUARD_DUPLICATE:
-                g->stats.duplicates++;
+                rg->stats->duplicates++;
                 if (o->payload_mismatch)
-                    g->stats.payload_mismatches++;
+                    rg->stats->payload_mismatches++;
                 break;
             case WXG_GUARD_BUSY:
-                g->stats.busy++;
+                rg->stats->busy++;
                 break;
             }
         }
     }
-out:
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            wxg_guard_claim_clear(&out[i]);
-    }
-    free(rnd);
-    batch_free(&b);
-    return rc;
-}
-
-int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
-                          wxg_guard_claim_t *out)
-{
-    if (!g || (n > 0 && (!msgs || !out)))
-        return WXG_EINVAL;
-    for (size_t i = 0; i < n; i++)
-        memset(&out[i], 0, sizeof out[i]);
-    if (n == 0)
-        return 0;
-    int rc;
-    if (g->conf.naive)
-        rc = naive_claim(g, msgs, n, out);
-    else if (g->conf.done_cache)
-        rc = near_claim(g, msgs, n, out);
-    else
-        rc = claim_redis(g, msgs, n, out, NULL);
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            wxg_guard_claim_clear(&out[i]);
-        return rc;
-    }
-    ticket_tags(msgs, n, out);
     return 0;
 }
 
-int wxg_guard_claim(wxg_guard_t *g, const char *key, size_t key_len,
-                    const unsigned char *payload_hash, wxg_guard_claim_t *out)
+/* The Redis path of a claim. fps: the keys' fingerprints when the near cache computed them,
+ * else NULL. On failure out[] is cleared. */
+static int claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                       wxg_guard_claim_t *out, const unsigned char (*fps)[32])
 {
-    wxg_guard_msg_t m = {.key = key, .key_len = key_len, .payload_hash = payload_hash};
-    return wxg_guard_claim_batch(g, &m, 1, out);
+    wxg__guard_batch_t b;
+    int rc = wxg__guard_batch_init(&b, WXG__S_CLAIM, n, 0);
+    if (rc)
+        return rc;
+    b.packed = 1;
+    wxg__guard_batch_hdr_num(&b, rg->conf.lease_ms);
+    wxg__guard_batch_hdr_num(&b, rg->conf.inflight_ttl_ms);
+    wxg__guard_batch_hdr_num(&b, rg->geom.retention_ms);
+    wxg__guard_batch_hdr_num(&b, rg->geom.bucket_ms);
+    rc = claim_pack(rg, &b, msgs, fps);
+    if (rc == 0)
+        rc = wxg__guard_batch_build(rg, &b);
+    if (rc == 0)
+        rc = wxg__guard_batch_run(rg, &b, 1, 1);
+    if (rc == 0)
+        rc = claim_results(rg, &b, msgs, out);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            wxg_guard_claim_clear(&out[i]);
+    }
+    wxg__guard_batch_free(&b);
+    return rc;
 }
 
 /* Runs a ticket transition whose items are already filled; counts per-message results. */
-static int run_transition(wxg_guard_t *g, batch *b, int *results, uint64_t *ok_counter)
+static int run_transition(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int *results,
+                          uint64_t *ok_counter)
 {
-    int rc = batch_build(g, b);
+    int rc = wxg__guard_batch_build(rg, b);
     if (rc)
         return rc;
-    rc = batch_run(g, b, 1, 1);
+    rc = wxg__guard_batch_run(rg, b, 1, 1);
     if (rc)
         return rc;
-    rc = batch_results(g, b, results);
+    rc = batch_results(rg, b, results);
     if (rc)
         return rc;
     for (size_t i = 0; i < b->n; i++) {
         if (results[i] == WXG_GUARD_OK)
             (*ok_counter)++;
         else if (results[i] == WXG_GUARD_LEASE_LOST)
-            g->stats.lease_lost++;
+            rg->stats->lease_lost++;
         else if (results[i] == WXG_GUARD_ALREADY_DONE)
-            g->stats.already_done++;
+            rg->stats->already_done++;
     }
     return 0;
 }
 
-int wxg_guard_renew_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
-{
-    if (!g || (n > 0 && (!t || !results)))
-        return WXG_EINVAL;
-    if (n == 0)
-        return 0;
-    if (g->conf.naive)
-        return naive_renew(g, t, n, results);
-    batch b;
-    int rc = batch_init(g, &b, S_RENEW, n, 1);
-    if (rc)
-        return rc;
-    batch_hdr_num(&b, g->conf.lease_ms);
-    batch_hdr_num(&b, g->conf.inflight_ttl_ms);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = ticket_items(g, &b, i, &t[i]);
-    if (rc == 0)
-        rc = run_transition(g, &b, results, &g->stats.renewed);
-    batch_free(&b);
-    return rc;
-}
-
-static int single_result(int rc, int result)
-{
-    if (rc)
-        return rc;
-    return result == WXG_GUARD_LEASE_LOST ? WXG_ELEASELOST : 0;
-}
-
-int wxg_guard_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t)
-{
-    int res = 0;
-    int rc = wxg_guard_renew_batch(g, t, 1, &res);
-    return single_result(rc, res);
-}
-
-int wxg_guard_plugin_done_batch(wxg_guard_t *g, const wxg_guard_plugin_done_t *items, size_t n,
-                                int *results)
-{
-    if (!g || (n > 0 && (!items || !results)))
-        return WXG_EINVAL;
-    if (n == 0)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!wxg__guard_plugin_name_valid(items[i].plugin) ||
-            items[i].result_len > WXG_GUARD_RESULT_MAX ||
-            (items[i].result_len > 0 && !items[i].result))
-            return WXG_EINVAL;
-    }
-    if (g->conf.naive)
-        return naive_refuse(g, "plugin_done");
-    batch b;
-    int rc = batch_init(g, &b, S_PLUGIN_DONE, n, 3);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = ticket_items(g, &b, i, items[i].ticket);
-        if (rc)
-            break;
-        b.items[i].arg[1] = items[i].plugin;
-        b.items[i].len[1] = strlen(items[i].plugin);
-        b.items[i].arg[2] = items[i].result_len ? items[i].result : "";
-        b.items[i].len[2] = items[i].result_len;
-    }
-    if (rc == 0)
-        rc = run_transition(g, &b, results, &g->stats.plugins_done);
-    batch_free(&b);
-    return rc;
-}
-
-int wxg_guard_plugin_done(wxg_guard_t *g, const wxg_guard_ticket_t *t, const char *plugin,
-                          const void *result, size_t result_len)
-{
-    wxg_guard_plugin_done_t it = {
-        .ticket = t, .plugin = plugin, .result = result, .result_len = result_len};
-    int res = 0;
-    int rc = wxg_guard_plugin_done_batch(g, &it, 1, &res);
-    return single_result(rc, res);
-}
-
 /* The Redis path of a complete. fps (n entries, may be NULL) receives each ticket's key
  * fingerprint, for the near cache. */
-static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results,
-                          unsigned char (*fps)[32])
+static int complete_redis(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                          int *results, unsigned char (*fps)[32])
 {
-    batch b;
-    int rc = batch_init(g, &b, S_COMPLETE, n, 0);
+    wxg__guard_batch_t b;
+    int rc = wxg__guard_batch_init(&b, WXG__S_COMPLETE, n, 0);
     if (rc)
         return rc;
     /* One argument per message (lib/lua/complete.lua): three length bytes, then the bucket
@@ -2104,13 +1330,13 @@ static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
     b.blobs = malloc(n * COMPLETE_BLOB_MAX);
     if (!b.blobs)
         rc = WXG_ENOMEM;
-    batch_hdr_num(&b, g->geom.retention_ms);
-    batch_hdr_num(&b, g->geom.bucket_ms);
+    wxg__guard_batch_hdr_num(&b, rg->geom.retention_ms);
+    wxg__guard_batch_hdr_num(&b, rg->geom.bucket_ms);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = ticket_items(g, &b, i, &t[i]);
+        rc = ticket_items(rg, &b, i, &t[i]);
         if (rc)
             break;
-        item *it = &b.items[i];
+        wxg__guard_item_t *it = &b.items[i];
         if (fps)
             memcpy(fps[i], it->fp, sizeof fps[i]);
         char *kp = b.blobs + i * COMPLETE_BLOB_MAX;
@@ -2120,63 +1346,95 @@ static int complete_redis(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n,
         it->blob_len = (size_t)(p - kp) + it->len[0];
     }
     if (rc == 0)
-        rc = run_transition(g, &b, results, &g->stats.completed);
-    batch_free(&b);
+        rc = run_transition(rg, &b, results, &rg->stats->completed);
+    wxg__guard_batch_free(&b);
     return rc;
 }
 
-int wxg_guard_complete_batch(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+/* ---------------------------------------------------------------------------------------------
+ * The operations table of the Lua design
+ */
+
+static int lua_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
 {
-    if (!g || (n > 0 && (!t || !results)))
-        return WXG_EINVAL;
-    if (n == 0)
-        return 0;
-    if (g->conf.naive)
-        return naive_complete(g, t, n, results);
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    if (rg->conf.done_cache)
+        return near_claim(rg, msgs, n, out);
+    return claim_redis(rg, msgs, n, out, NULL);
+}
+
+static int lua_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    wxg__guard_batch_t b;
+    int rc = wxg__guard_batch_init(&b, WXG__S_RENEW, n, 1);
+    if (rc)
+        return rc;
+    wxg__guard_batch_hdr_num(&b, rg->conf.lease_ms);
+    wxg__guard_batch_hdr_num(&b, rg->conf.inflight_ttl_ms);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = ticket_items(rg, &b, i, &t[i]);
+    if (rc == 0)
+        rc = run_transition(rg, &b, results, &rg->stats->renewed);
+    wxg__guard_batch_free(&b);
+    return rc;
+}
+
+static int lua_plugin_done(wxg_guard_t *g, const wxg_guard_plugin_done_t *items, size_t n,
+                           int *results)
+{
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    wxg__guard_batch_t b;
+    int rc = wxg__guard_batch_init(&b, WXG__S_PLUGIN_DONE, n, 3);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = ticket_items(rg, &b, i, items[i].ticket);
+        if (rc)
+            break;
+        b.items[i].arg[1] = items[i].plugin;
+        b.items[i].len[1] = strlen(items[i].plugin);
+        b.items[i].arg[2] = items[i].result_len ? items[i].result : "";
+        b.items[i].len[2] = items[i].result_len;
+    }
+    if (rc == 0)
+        rc = run_transition(rg, &b, results, &rg->stats->plugins_done);
+    wxg__guard_batch_free(&b);
+    return rc;
+}
+
+static int lua_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
+{
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
     /* Taken before the call: the marker is written after this instant (server time), so an
      * expiry counted from here never outlasts it (near_remember). */
-    int64_t sent_ms = mono_ms();
+    int64_t sent_ms = wxg__guard_mono_ms();
     unsigned char(*fps)[32] = NULL;
-    if (g->conf.done_cache) {
+    if (rg->conf.done_cache) {
         fps = malloc(n * sizeof *fps);
         if (!fps)
             return WXG_ENOMEM;
     }
-    int rc = complete_redis(g, t, n, results, fps);
+    int rc = complete_redis(rg, t, n, results, fps);
     if (rc == 0 && fps)
-        near_remember(g, t, n, results, (const unsigned char(*)[32])fps, sent_ms);
+        near_remember(rg, t, n, results, (const unsigned char(*)[32])fps, sent_ms);
     free(fps);
     return rc;
 }
 
-int wxg_guard_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, int *already_done)
+static int lua_fail(wxg_guard_t *g, const wxg_guard_failure_t *items, size_t n, int *results)
 {
-    int res = 0;
-    int rc = wxg_guard_complete_batch(g, t, 1, &res);
-    rc = single_result(rc, res);
-    if (rc == 0 && already_done)
-        *already_done = res == WXG_GUARD_ALREADY_DONE;
-    return rc;
-}
-
-int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_t n, int *results)
-{
-    if (!g || (n > 0 && (!items || !results)))
-        return WXG_EINVAL;
-    if (n == 0)
-        return 0;
-    if (g->conf.naive)
-        return naive_refuse(g, "fail");
-    batch b;
-    int rc = batch_init(g, &b, S_FAIL, n, 3);
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    wxg__guard_batch_t b;
+    int rc = wxg__guard_batch_init(&b, WXG__S_FAIL, n, 3);
     if (rc)
         return rc;
-    batch_hdr_num(&b, g->conf.failed_retention_ms);
+    wxg__guard_batch_hdr_num(&b, rg->conf.failed_retention_ms);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = ticket_items(g, &b, i, items[i].ticket);
+        rc = ticket_items(rg, &b, i, items[i].ticket);
         if (rc)
             break;
-        item *it = &b.items[i];
+        wxg__guard_item_t *it = &b.items[i];
         const char *reason = items[i].reason ? items[i].reason : "";
         size_t rl = strlen(reason);
         it->arg[1] = reason;
@@ -2186,35 +1444,62 @@ int wxg_guard_fail_batch(wxg_guard_t *g, const wxg_guard_failure_t *items, size_
         it->len[2] = strlen(it->extra);
     }
     if (rc == 0)
-        rc = run_transition(g, &b, results, &g->stats.failed);
-    batch_free(&b);
+        rc = run_transition(rg, &b, results, &rg->stats->failed);
+    wxg__guard_batch_free(&b);
     return rc;
 }
 
-int wxg_guard_fail(wxg_guard_t *g, const wxg_guard_ticket_t *t, const char *reason,
-                   uint32_t attempts)
+static const wxg__guard_ops_t lua_ops = {
+    .name = "lua",
+    .claim_batch = lua_claim,
+    .renew_batch = lua_renew,
+    .plugin_done_batch = lua_plugin_done,
+    .complete_batch = lua_complete,
+    .fail_batch = lua_fail,
+    WXG__GUARD_REDIS_OPS,
+};
+
+wxg_guard_t *wxg__guard_lua_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
+                                size_t errstr_size)
 {
-    wxg_guard_failure_t it = {.ticket = t, .reason = reason, .attempts = attempts};
-    int res = 0;
-    int rc = wxg_guard_fail_batch(g, &it, 1, &res);
-    return single_result(rc, res);
+    wxg__guard_redis_t *rg = NULL;
+    int rc = wxg__guard_redis_init(conf, &rg, errstr, errstr_size);
+    if (rc == 0 && (rc = near_ns(rg)) != 0) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__guard_redis_free(rg);
+    }
+    if (rc) {
+        if (err)
+            *err = rc;
+        return NULL;
+    }
+    return wxg__guard_redis_attach(rg, &lua_ops, err, errstr, errstr_size);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Administration
+/* =============================================================================================
+ * the guard's admin operations over Redis: inspect, release, rearm, purge, scan, ping.
+ *
+ * Purpose: what the admin tool (wxguardctl) and the readiness probes need beside the worker's
+ * transitions. inspect reads everything known about one message (its in-flight record and its
+ * DONE marker); release clears a claim whose owner is known dead; rearm gives a FAILED message a
+ * fresh retry budget for a redrive; purge deletes one in-flight record; scan walks the in-flight
+ * records under the prefix with SCAN (never KEYS); ping checks that Redis answers. Each
+ * one-message operation is one read-only or owner-free Lua script (lib/lua/) run through the
+ * Lua design's batch runner (lib/guard_lua.c), so it sees the record exactly as the transitions
+ * write it. The record's format stays inside the scripts: they hand C a flat name/value list
+ * (lib/lua/_record.lua's rec_fields), which parse_record_fields reads.
+ *
+ * Both Redis designs use these (their operations tables point here). They read the Lua
+ * design's layout: in the naive design they find nothing of its keys (docs/guard.md §7).
+ *
+ * Threads: the handle's thread only; no locks. Failure modes: those of the connection
+ * (lib/guard_conn.c) and of the batch runner; an answer of the wrong shape is WXG_EREDIS with
+ * the last error set; a scan callback's non-zero value stops the walk and is returned.
  */
 
-void wxg_guard_record_free(wxg_guard_record_t *r)
-{
-    if (!r)
-        return;
-    free(r->fail_reason);
-    free(r->finished);
-    free(r->done_bucket);
-    free(r->record_key);
-    free(r->msg_key);
-    free(r);
-}
+/* ---------------------------------------------------------------------------------------------
+ * Record fields
+ */
 
 static int64_t str_ll(const redisReply *r)
 {
@@ -2241,19 +1526,83 @@ static char *str_dup_reply(const redisReply *r)
     return s;
 }
 
-/* One-message admin batches (inspect, release, rearm, purge) share the batch runner. */
-static int admin_batch(wxg_guard_t *g, batch *b, int script, const char *key, size_t key_len)
+static int is_name(const redisReply *k, const char *name)
 {
-    int rc = batch_init(g, b, script, 1, 0);
-    if (rc)
-        return rc;
-    return item_keys(g, &b->items[0], key, key_len, NULL);
+    size_t n = strlen(name);
+    return k->len == n && memcmp(k->str, name, n) == 0;
+}
+
+static int is_plugin_field(const redisReply *k)
+{
+    return k->len > 2 && memcmp(k->str, "p:", 2) == 0;
+}
+
+/* Fills the record member named by `k` from `v`; names it does not know are skipped (a newer
+ * layout may add some). 0 or WXG_ENOMEM. */
+static int record_field(wxg_guard_record_t *rec, const redisReply *k, const redisReply *v,
+                        int64_t now, char *st)
+{
+    if (is_name(k, "st") && v->len == 1) {
+        *st = v->str[0];
+    } else if (is_name(k, "owner") && v->len == WXG_GUARD_OWNER_LEN) {
+        memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
+        rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
+    } else if (is_name(k, "fence")) {
+        rec->fence = (uint64_t)str_ll(v);
+    } else if (is_name(k, "attempt")) {
+        rec->attempt = (uint32_t)str_ll(v);
+    } else if (is_name(k, "lease")) {
+        rec->lease_ms_left = str_ll(v) - now;
+    } else if (is_name(k, "claimed")) {
+        rec->claimed_at_ms = str_ll(v);
+    } else if (is_name(k, "fails")) {
+        rec->fail_attempts = (uint32_t)str_ll(v);
+    } else if (is_name(k, "k")) {
+        rec->msg_key = str_dup_reply(v);
+        if (!rec->msg_key)
+            return WXG_ENOMEM;
+        rec->msg_key_len = v->len;
+    } else if (is_name(k, "failed")) {
+        rec->failed_at_ms = str_ll(v);
+    } else if (is_name(k, "rearmed")) {
+        rec->rearmed_at_ms = str_ll(v);
+    } else if (is_name(k, "reason")) {
+        rec->fail_reason = str_dup_reply(v);
+        if (!rec->fail_reason)
+            return WXG_ENOMEM;
+    }
+    return 0;
+}
+
+/* Copies the 'p:<name>' fields of `f` (np of them, pbytes of names and results with their NULs)
+ * into rec->finished, one allocation. 0 or WXG_ENOMEM. */
+static int record_plugins(wxg_guard_record_t *rec, const redisReply *f, size_t np, size_t pbytes)
+{
+    rec->finished = malloc(np * sizeof *rec->finished + pbytes);
+    if (!rec->finished)
+        return WXG_ENOMEM;
+    char *p = (char *)(rec->finished + np);
+    for (size_t i = 0; i < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (!is_plugin_field(k))
+            continue;
+        wxg_guard_plugin_result_t *pr = &rec->finished[rec->n_finished++];
+        memcpy(p, k->str + 2, k->len - 2);
+        p[k->len - 2] = '\0';
+        pr->name = p;
+        p += k->len - 1;
+        memcpy(p, v->str, v->len);
+        p[v->len] = '\0';
+        pr->result = (const unsigned char *)p;
+        pr->result_len = v->len;
+        p += v->len + 1;
+    }
+    return 0;
 }
 
 /* Fills `rec` from the flat name/value list `f` of an in-flight record (lib/lua/_record.lua's
- * rec_fields), read at server time `now`
- * (ms); *st receives the state letter. Returns 0, WXG_EREDIS or WXG_ENOMEM (what was filled is
- * freed by wxg_guard_record_free). */
+ * rec_fields), read at server time `now` (ms); *st receives the state letter. Returns 0,
+ * WXG_EREDIS or WXG_ENOMEM (what was filled is freed by wxg_guard_record_free). */
 static int parse_record_fields(wxg_guard_record_t *rec, const redisReply *f, int64_t now, char *st)
 {
     if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
@@ -2261,113 +1610,68 @@ static int parse_record_fields(wxg_guard_record_t *rec, const redisReply *f, int
     size_t np = 0, pbytes = 0;
     for (size_t i = 0; i < f->elements; i += 2) {
         const redisReply *k = f->element[i], *v = f->element[i + 1];
-        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
             return WXG_EREDIS;
-        }
-        if (k->len > 2 && memcmp(k->str, "p:", 2) == 0) {
+        if (is_plugin_field(k)) {
             np++;
             pbytes += k->len - 2 + 1 + v->len + 1;
-        } else if (k->len == 2 && memcmp(k->str, "st", 2) == 0 && v->len == 1) {
-            *st = v->str[0];
-        } else if (k->len == 5 && memcmp(k->str, "owner", 5) == 0 &&
-                   v->len == WXG_GUARD_OWNER_LEN) {
-            memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
-            rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
-        } else if (k->len == 5 && memcmp(k->str, "fence", 5) == 0) {
-            rec->fence = (uint64_t)str_ll(v);
-        } else if (k->len == 7 && memcmp(k->str, "attempt", 7) == 0) {
-            rec->attempt = (uint32_t)str_ll(v);
-        } else if (k->len == 5 && memcmp(k->str, "lease", 5) == 0) {
-            rec->lease_ms_left = str_ll(v) - now;
-        } else if (k->len == 7 && memcmp(k->str, "claimed", 7) == 0) {
-            rec->claimed_at_ms = str_ll(v);
-        } else if (k->len == 5 && memcmp(k->str, "fails", 5) == 0) {
-            rec->fail_attempts = (uint32_t)str_ll(v);
-        } else if (k->len == 1 && k->str[0] == 'k') {
-            rec->msg_key = str_dup_reply(v);
-            if (!rec->msg_key)
-                return WXG_ENOMEM;
-            rec->msg_key_len = v->len;
-        } else if (k->len == 6 && memcmp(k->str, "failed", 6) == 0) {
-            rec->failed_at_ms = str_ll(v);
-        } else if (k->len == 7 && memcmp(k->str, "rearmed", 7) == 0) {
-            rec->rearmed_at_ms = str_ll(v);
-        } else if (k->len == 6 && memcmp(k->str, "reason", 6) == 0) {
-            rec->fail_reason = str_dup_reply(v);
-            if (!rec->fail_reason) {
-                return WXG_ENOMEM;
-            }
+            continue;
         }
+        int rc = record_field(rec, k, v, now, st);
+        if (rc)
+            return rc;
     }
     if (np > 0) {
-        rec->finished = malloc(np * sizeof *rec->finished + pbytes);
-        if (!rec->finished) {
-            return WXG_ENOMEM;
-        }
-        char *p = (char *)(rec->finished + np);
-        for (size_t i = 0; i < f->elements; i += 2) {
-            const redisReply *k = f->element[i], *v = f->element[i + 1];
-            if (!(k->len > 2 && memcmp(k->str, "p:", 2) == 0))
-                continue;
-            wxg_guard_plugin_result_t *pr = &rec->finished[rec->n_finished++];
-            memcpy(p, k->str + 2, k->len - 2);
-            p[k->len - 2] = '\0';
-            pr->name = p;
-            p += k->len - 1;
-            memcpy(p, v->str, v->len);
-            p[v->len] = '\0';
-            pr->result = (const unsigned char *)p;
-            pr->result_len = v->len;
-            p += v->len + 1;
-        }
+        int rc = record_plugins(rec, f, np, pbytes);
+        if (rc)
+            return rc;
     }
     rec->has_record = f->elements > 0;
     return 0;
 }
 
-int wxg_guard_inspect(wxg_guard_t *g, const char *key, size_t key_len,
-                      const unsigned char *payload_hash, wxg_guard_record_t **out)
+static wxg_guard_state_t record_state(char st)
 {
-    if (!g || !out)
-        return WXG_EINVAL;
-    batch b;
-    wxg_guard_record_t *rec = NULL;
-    int rc = admin_batch(g, &b, S_INSPECT, key, key_len);
+    return st == 'P' ? WXG_GUARD_PROCESSING : st == 'F' ? WXG_GUARD_FAILED : WXG_GUARD_ABSENT;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * inspect, release, rearm, purge
+ */
+
+/* One-message admin batches (inspect, release, rearm, purge) share the batch runner. */
+static int admin_batch(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int script, const char *key,
+                       size_t key_len)
+{
+    int rc = wxg__guard_batch_init(b, script, 1, 0);
     if (rc)
-        goto out;
-    item *it = &b.items[0];
-    batch_hdr_num(&b, g->geom.retention_ms);
-    batch_hdr_num(&b, g->geom.bucket_ms);
-    b.hdr[b.nhdr] = it->k.stem;
-    b.hdrlen[b.nhdr++] = it->k.stem_len;
-    b.hdr[b.nhdr] = (const char *)it->k.field;
-    b.hdrlen[b.nhdr++] = it->k.field_len;
-    rc = batch_build(g, &b);
-    if (rc)
-        goto out;
-    rc = batch_run(g, &b, 0, 0);
-    if (rc)
-        goto out;
-    const redisReply *r = b.chunks[0].reply;
-    if (r->elements != 6 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[1]->type != REDIS_REPLY_ARRAY || r->element[2]->type != REDIS_REPLY_INTEGER ||
-        r->element[3]->type != REDIS_REPLY_STRING || r->element[4]->type != REDIS_REPLY_STRING ||
-        r->element[5]->type != REDIS_REPLY_INTEGER || r->element[1]->elements % 2) {
-        rc = WXG_EREDIS;
-        set_err(g->last_error, sizeof g->last_error, "unexpected inspect reply");
-        goto out;
-    }
-    rec = calloc(1, sizeof *rec);
-    if (!rec) {
-        rc = WXG_ENOMEM;
-        goto out;
-    }
-    rec->record_key = strdup(it->k.record);
+        return rc;
+    return wxg__guard_item_keys(rg, &b->items[0], key, key_len, NULL);
+}
+
+/* Whether `r` is inspect.lua's answer {now, fields, pttl, bucket, marker, bucket pttl}. */
+static int inspect_reply_ok(const redisReply *r)
+{
+    return r->elements == 6 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+           r->element[1]->type == REDIS_REPLY_ARRAY && r->element[2]->type == REDIS_REPLY_INTEGER &&
+           r->element[3]->type == REDIS_REPLY_STRING && r->element[4]->type == REDIS_REPLY_STRING &&
+           r->element[5]->type == REDIS_REPLY_INTEGER && r->element[1]->elements % 2 == 0;
+}
+
+/* Builds the record of an inspect answer `r` for the message whose names are `k`. */
+static int inspect_record(const redisReply *r, const wxg__guard_keys_t *k,
+                          const unsigned char *payload_hash, wxg_guard_record_t **out)
+{
+    wxg_guard_record_t *rec = calloc(1, sizeof *rec);
+    if (!rec)
+        return WXG_ENOMEM;
+    char st = 0;
+    int rc = 0;
+    rec->record_key = strdup(k->record);
     if (!rec->record_key) {
         rc = WXG_ENOMEM;
         goto out;
     }
-    char st = 0;
     rc = parse_record_fields(rec, r->element[1], r->element[0]->integer, &st);
     if (rc)
         goto out;
@@ -2382,140 +1686,147 @@ int wxg_guard_inspect(wxg_guard_t *g, const char *key, size_t key_len,
         rec->done_payload_tag = (int)str_ll(r->element[4]);
         rec->done_ttl_ms = r->element[5]->integer;
     }
-    if (rec->done_bucket)
-        rec->state = WXG_GUARD_DONE;
-    else if (st == 'P')
-        rec->state = WXG_GUARD_PROCESSING;
-    else if (st == 'F')
-        rec->state = WXG_GUARD_FAILED;
-    else
-        rec->state = WXG_GUARD_ABSENT;
+    rec->state = rec->done_bucket ? WXG_GUARD_DONE : record_state(st);
 out:
-    if (rc) {
+    if (rc)
         wxg_guard_record_free(rec);
-        rec = NULL;
-    } else {
+    else
         *out = rec;
-    }
-    batch_free(&b);
     return rc;
 }
 
-int wxg_guard_release(wxg_guard_t *g, const char *key, size_t key_len, int *released)
+int wxg__guard_admin_inspect(wxg_guard_t *g, const char *key, size_t key_len,
+                             const unsigned char *payload_hash, wxg_guard_record_t **out)
 {
-    if (!g)
-        return WXG_EINVAL;
-    batch b;
-    int rc = admin_batch(g, &b, S_RELEASE, key, key_len);
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    wxg__guard_batch_t b;
+    int rc = admin_batch(rg, &b, WXG__S_INSPECT, key, key_len);
     if (rc)
         goto out;
-    batch_hdr_num(&b, g->conf.failed_retention_ms);
-    rc = batch_build(g, &b);
+    wxg__guard_item_t *it = &b.items[0];
+    wxg__guard_batch_hdr_num(&b, rg->geom.retention_ms);
+    wxg__guard_batch_hdr_num(&b, rg->geom.bucket_ms);
+    b.hdr[b.nhdr] = it->k.stem;
+    b.hdrlen[b.nhdr++] = it->k.stem_len;
+    b.hdr[b.nhdr] = (const char *)it->k.field;
+    b.hdrlen[b.nhdr++] = it->k.field_len;
+    rc = wxg__guard_batch_build(rg, &b);
     if (rc)
         goto out;
-    rc = batch_run(g, &b, 1, 0);
+    rc = wxg__guard_batch_run(rg, &b, 0, 0);
     if (rc)
         goto out;
-    const redisReply *r = b.chunks[0].reply;
-    if (r->type != REDIS_REPLY_INTEGER) {
+    if (!inspect_reply_ok(b.chunks[0].reply)) {
         rc = WXG_EREDIS;
+        wxg__guard_set_error(g, "unexpected inspect reply");
         goto out;
     }
-    if (released)
-        *released = r->integer == 1;
+    rc = inspect_record(b.chunks[0].reply, &it->k, payload_hash, out);
 out:
-    batch_free(&b);
+    wxg__guard_batch_free(&b);
     return rc;
 }
 
-/* Runs a one-message admin script with no arguments besides the record and returns its integer
- * reply. */
-static int admin_int(wxg_guard_t *g, int script, const char *key, size_t key_len, long long *v)
+/* Runs a one-message admin script whose arguments are the record and `hdr` (hdr < 0: none)
+ * and returns its integer reply. */
+static int admin_int(wxg__guard_redis_t *rg, int script, const char *key, size_t key_len,
+                     long long hdr, long long *v)
 {
-    batch b;
-    int rc = admin_batch(g, &b, script, key, key_len);
+    wxg__guard_batch_t b;
+    int rc = admin_batch(rg, &b, script, key, key_len);
     if (rc)
         goto out;
-    rc = batch_build(g, &b);
+    if (hdr >= 0)
+        wxg__guard_batch_hdr_num(&b, hdr);
+    rc = wxg__guard_batch_build(rg, &b);
     if (rc)
         goto out;
-    rc = batch_run(g, &b, 1, 0);
+    rc = wxg__guard_batch_run(rg, &b, 1, 0);
     if (rc)
         goto out;
     if (b.chunks[0].reply->type != REDIS_REPLY_INTEGER) {
         rc = WXG_EREDIS;
-        set_err(g->last_error, sizeof g->last_error, "unexpected admin reply");
+        wxg__guard_set_error(rg->handle, "unexpected admin reply");
         goto out;
     }
     *v = b.chunks[0].reply->integer;
 out:
-    batch_free(&b);
+    wxg__guard_batch_free(&b);
     return rc;
 }
 
-int wxg_guard_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed)
+int wxg__guard_admin_release(wxg_guard_t *g, const char *key, size_t key_len, int *released)
 {
-    if (!g)
-        return WXG_EINVAL;
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
     long long v = 0;
-    int rc = admin_int(g, S_REARM, key, key_len, &v);
-    if (rc == 0 && rearmed)
+    int rc = admin_int(rg, WXG__S_RELEASE, key, key_len, rg->conf.failed_retention_ms, &v);
+    if (rc == 0)
+        *released = v == 1;
+    return rc;
+}
+
+int wxg__guard_admin_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed)
+{
+    long long v = 0;
+    int rc = admin_int(wxg__guard_impl(g), WXG__S_REARM, key, key_len, -1, &v);
+    if (rc == 0)
         *rearmed = v == 1;
     return rc;
 }
 
-int wxg_guard_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged)
+int wxg__guard_admin_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged)
 {
-    if (!g)
-        return WXG_EINVAL;
     long long v = 0;
-    int rc = admin_int(g, S_PURGE, key, key_len, &v);
-    if (rc == 0 && purged)
+    int rc = admin_int(wxg__guard_impl(g), WXG__S_PURGE, key, key_len, -1, &v);
+    if (rc == 0)
         *purged = v == 1;
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Plain commands: ping, SCAN
+ */
+
 /* Sends argv as one command on the handle's connection (connecting first when needed). */
-static int admin_cmd(wxg_guard_t *g, int argc, const char **argv, const size_t *lens,
+static int admin_cmd(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
                      redisReply **out)
 {
-    int rc = ensure_ctx(g);
+    int rc = wxg__guard_conn_ensure(rg);
     if (rc) {
-        count_error(g, rc);
+        wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    rc = simple_cmd(g, argc, argv, lens, out, g->last_error, sizeof g->last_error);
+    rc = wxg__guard_conn_command(rg, argc, argv, lens, out, rg->last_error, rg->last_error_size);
     if (rc) {
-        count_error(g, rc);
+        wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    g->stats.round_trips++;
+    rg->stats->round_trips++;
     if ((*out)->type == REDIS_REPLY_ERROR) {
-        rc = refusal_code(*out);
-        set_err(g->last_error, sizeof g->last_error, "Redis refused %s: %.*s", argv[0],
-                (int)((*out)->len > 200 ? 200 : (*out)->len), (*out)->str);
-        note_refusal(g, *out);
+        rc = wxg__guard_refusal_code(*out);
+        wxg__guard_set_error(rg->handle, "Redis refused %s: %.*s", argv[0],
+                             (int)((*out)->len > 200 ? 200 : (*out)->len), (*out)->str);
+        wxg__guard_conn_note_refusal(rg, *out);
         freeReplyObject(*out);
         *out = NULL;
-        count_error(g, rc);
+        wxg__guard_count_error(rg->stats, rc);
     }
     return rc;
 }
 
-int wxg_guard_ping(wxg_guard_t *g)
+int wxg__guard_admin_ping(wxg_guard_t *g)
 {
-    if (!g)
-        return WXG_EINVAL;
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     redisReply *r = NULL;
-    int rc = admin_cmd(g, 1, argv, lens, &r);
+    int rc = admin_cmd(rg, 1, argv, lens, &r);
     if (rc)
         return rc;
     if (r->type != REDIS_REPLY_STATUS || r->len != 4 || memcmp(r->str, "PONG", 4) != 0) {
-        set_err(g->last_error, sizeof g->last_error, "unexpected answer to PING");
+        wxg__guard_set_error(g, "unexpected answer to PING");
         rc = WXG_EREDIS;
-        count_error(g, rc);
+        wxg__guard_count_error(rg->stats, rc);
     }
     freeReplyObject(r);
     return rc;
@@ -2543,98 +1854,136 @@ static int scan_report(const redisReply *e, const redisReply *name, wxg_guard_sc
     }
     if (rc == 0) {
         rec->record_ttl_ms = e->element[2]->integer;
-        rec->state = st == 'P'   ? WXG_GUARD_PROCESSING
-                     : st == 'F' ? WXG_GUARD_FAILED
-                                 : WXG_GUARD_ABSENT;
+        rec->state = record_state(st);
         rc = fn(rec, arg);
     }
     wxg_guard_record_free(rec);
     return rc;
 }
 
-int wxg_guard_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn, void *arg)
+/* Reads one SCAN page of record names from *cursor: *page is the reply, *next the cursor. */
+static int scan_page(wxg__guard_redis_t *rg, uint64_t cursor, int count, redisReply **page,
+                     uint64_t *next)
 {
-    if (!g || !cursor || !fn)
-        return WXG_EINVAL;
-    redisReply *page = NULL;
-    batch b;
-    memset(&b, 0, sizeof b);
     char cur[24], cnt[16], match[WXG__KEY_MAX];
-    snprintf(cur, sizeof cur, "%llu", (unsigned long long)*cursor);
+    snprintf(cur, sizeof cur, "%llu", (unsigned long long)cursor);
     snprintf(cnt, sizeof cnt, "%d", count > 0 ? count : 100);
     /* The prefix holds no glob characters (checked at creation), and record names are the only
      * names with ":r:" after the shard tag. */
-    snprintf(match, sizeof match, "%s{s*}:r:*", g->prefix);
+    snprintf(match, sizeof match, "%s{s*}:r:*", rg->prefix);
     const char *argv[] = {"SCAN", cur, "MATCH", match, "COUNT", cnt};
     size_t lens[6];
     for (int i = 0; i < 6; i++)
         lens[i] = strlen(argv[i]);
-    int rc = admin_cmd(g, 6, argv, lens, &page);
+    int rc = admin_cmd(rg, 6, argv, lens, page);
     if (rc)
-        goto out;
-    if (page->type != REDIS_REPLY_ARRAY || page->elements != 2 ||
-        page->element[0]->type != REDIS_REPLY_STRING ||
-        page->element[1]->type != REDIS_REPLY_ARRAY) {
-        rc = WXG_EREDIS;
-        set_err(g->last_error, sizeof g->last_error, "unexpected SCAN reply");
-        goto out;
+        return rc;
+    const redisReply *p = *page;
+    if (p->type != REDIS_REPLY_ARRAY || p->elements != 2 ||
+        p->element[0]->type != REDIS_REPLY_STRING || p->element[1]->type != REDIS_REPLY_ARRAY) {
+        wxg__guard_set_error(rg->handle, "unexpected SCAN reply");
+        return WXG_EREDIS;
     }
     char *end = NULL;
     errno = 0;
-    unsigned long long next = strtoull(page->element[0]->str, &end, 10);
-    if (errno || !end || *end) {
-        rc = WXG_EREDIS;
-        goto out;
-    }
-    const redisReply *names = page->element[1];
-    if (names->elements > 0) {
-        /* The records are strings whose format only the scripts know: read them with the peek
-         * script, chunked (and in cluster mode grouped by shard) like any batch, one round trip. */
-        rc = batch_init(g, &b, S_PEEK, names->elements, 0);
-        if (rc)
-            goto out;
-        size_t plen = strlen(g->prefix);
-        for (size_t i = 0; i < names->elements; i++) {
-            const redisReply *nm = names->element[i];
-            item *it = &b.items[i];
-            if (nm->type != REDIS_REPLY_STRING || nm->len >= sizeof it->k.record) {
-                rc = WXG_EREDIS;
-                set_err(g->last_error, sizeof g->last_error, "unexpected SCAN reply");
-                goto out;
-            }
-            memcpy(it->k.record, nm->str, nm->len);
-            it->k.record[nm->len] = '\0';
-            it->k.record_len = nm->len;
-            /* The shard is the hex number of the name's {s<shard>} tag. */
-            if (nm->len > plen + 2 && memcmp(nm->str + plen, "{s", 2) == 0)
-                it->k.shard = (unsigned)strtoul(it->k.record + plen + 2, NULL, 16);
+    unsigned long long v = strtoull(p->element[0]->str, &end, 10);
+    if (errno || !end || *end)
+        return WXG_EREDIS;
+    *next = v;
+    return 0;
+}
+
+/* Makes the peek batch's items from the names SCAN returned: each name as it is, with its
+ * shard (the hex number of its {s<shard>} tag) for cluster mode's grouping. */
+static int scan_items(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const redisReply *names)
+{
+    size_t plen = strlen(rg->prefix);
+    for (size_t i = 0; i < names->elements; i++) {
+        const redisReply *nm = names->element[i];
+        wxg__guard_item_t *it = &b->items[i];
+        if (nm->type != REDIS_REPLY_STRING || nm->len >= sizeof it->k.record) {
+            wxg__guard_set_error(rg->handle, "unexpected SCAN reply");
+            return WXG_EREDIS;
         }
-        rc = batch_build(g, &b);
-        if (rc)
-            goto out;
-        rc = batch_run(g, &b, 0, 1);
-        if (rc)
-            goto out;
-        for (size_t c = 0; c < b.nchunks && rc == 0; c++) {
-            for (size_t j = 0; j < b.chunks[c].count && rc == 0; j++) {
-                size_t idx = b.order[b.chunks[c].first + j];
-                rc = scan_report(batch_elem(&b, c, j), names->element[idx], fn, arg);
-                if (rc == WXG_EREDIS)
-                    set_err(g->last_error, sizeof g->last_error, "unexpected peek reply");
-            }
+        memcpy(it->k.record, nm->str, nm->len);
+        it->k.record[nm->len] = '\0';
+        it->k.record_len = nm->len;
+        if (nm->len > plen + 2 && memcmp(nm->str + plen, "{s", 2) == 0)
+            it->k.shard = (unsigned)strtoul(it->k.record + plen + 2, NULL, 16);
+    }
+    return 0;
+}
+
+/* Reads the records named in one SCAN page and reports each to fn. The records are strings
+ * whose format only the scripts know: the peek script reads them, chunked (and in cluster mode
+ * grouped by shard) like any batch, in one round trip. */
+static int scan_records(wxg__guard_redis_t *rg, const redisReply *names, wxg_guard_scan_fn fn,
+                        void *arg)
+{
+    wxg__guard_batch_t b;
+    int rc = wxg__guard_batch_init(&b, WXG__S_PEEK, names->elements, 0);
+    if (rc)
+        return rc;
+    rc = scan_items(rg, &b, names);
+    if (rc == 0)
+        rc = wxg__guard_batch_build(rg, &b);
+    if (rc == 0)
+        rc = wxg__guard_batch_run(rg, &b, 0, 1);
+    for (size_t c = 0; c < b.nchunks && rc == 0; c++) {
+        for (size_t j = 0; j < b.chunks[c].count && rc == 0; j++) {
+            size_t idx = b.order[b.chunks[c].first + j];
+            rc = scan_report(wxg__guard_batch_elem(&b, c, j), names->element[idx], fn, arg);
+            if (rc == WXG_EREDIS)
+                wxg__guard_set_error(rg->handle, "unexpected peek reply");
         }
     }
+    wxg__guard_batch_free(&b);
+    return rc;
+}
+
+int wxg__guard_admin_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn,
+                          void *arg)
+{
+    wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    redisReply *page = NULL;
+    uint64_t next = 0;
+    int rc = scan_page(rg, *cursor, count, &page, &next);
+    if (rc == 0 && page->element[1]->elements > 0)
+        rc = scan_records(rg, page->element[1], fn, arg);
     if (rc == 0)
         *cursor = next;
-out:
-    batch_free(&b);
     if (page)
         freeReplyObject(page);
     return rc;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Renewal watchdog
+int wxg__guard_admin_describe_layout(const wxg_guard_t *g, char *buf, size_t size)
+{
+    const wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    return wxg__guard_geom_describe(&rg->geom, buf, size);
+}
+
+/* =============================================================================================
+ * the guard's renewal watchdog.
+ *
+ * Purpose: keeps the leases of long-running work alive, like Redisson's watchdog: one thread
+ * with its own handle renews every registered claim every lease/3, all due ones in one
+ * wxg_guard_renew_batch call, for at most max_extension_ms per registration. It stops renewing
+ * a registration when the lease is lost, when the bound is reached, when the owner stops
+ * touching it, or when renewals kept failing for longer than a lease. With probing on, the
+ * thread also PINGs Redis while it has nothing to renew, so that an idle process still learns
+ * that Redis went away. It works over any design's handle (wxg__guard_watchdog_new_on), which
+ * is how the unit tests run it over the in-memory fake.
+ *
+ * Threads: the watchdog thread owns the handle; workers call add/remove/status/touch from any
+ * thread. The registration list is guarded by one mutex, never held across network I/O: a
+ * registration being renewed is marked busy, and if its owner removes it meanwhile the thread
+ * frees it afterwards (orphan). Status flags, touch times and the contact figures are atomics,
+ * read lock-free.
+ *
+ * Failure modes: a failed renewal batch changes no registration; each one is retried on the
+ * next tick and turns UNSURE once a lease has passed without a success. Renewing never blocks a
+ * worker: workers only read a registration's status before each side effect.
  */
 
 struct wxg_guard_watch_s {
@@ -2661,7 +2010,8 @@ struct wxg_guard_watchdog_s {
     int64_t lease_ms, max_extension_ms, owner_timeout_ms;
     int64_t probe_ms; /* PING after this long without Redis contact; 0 = never (under mu) */
     atomic_ullong batches, renewals;
-    /* The latest Redis contact of the thread (a renewal batch or a probe), in mono_ms(). */
+    /* The latest Redis contact of the thread (a renewal batch or a probe), in wxg__guard_mono_ms().
+     */
     atomic_llong contact_ok_ms, contact_err_ms;
     atomic_int contact_err;
 };
@@ -2669,10 +2019,10 @@ struct wxg_guard_watchdog_s {
 static void watchdog_contact(wxg_guard_watchdog_t *wd, int rc)
 {
     if (rc == 0) {
-        atomic_store(&wd->contact_ok_ms, mono_ms());
+        atomic_store(&wd->contact_ok_ms, wxg__guard_mono_ms());
     } else {
         atomic_store(&wd->contact_err, rc);
-        atomic_store(&wd->contact_err_ms, mono_ms());
+        atomic_store(&wd->contact_err_ms, wxg__guard_mono_ms());
     }
 }
 
@@ -2747,73 +2097,161 @@ static size_t watchdog_collect(wxg_guard_watchdog_t *wd, struct wxg_guard_watch_
     return n;
 }
 
+/* The thread's buffers for one renewal batch of at most cap registrations. */
+typedef struct renew_buf {
+    size_t cap;
+    struct wxg_guard_watch_s **due;
+    wxg_guard_ticket_t *t;
+    int *res;
+} renew_buf;
+
+/* Renews the n collected registrations in one call, with mu released meanwhile, and records
+ * the outcome in each. Called with mu held; returns with it held. */
+static void watchdog_renew(wxg_guard_watchdog_t *wd, renew_buf *rb, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        rb->t[i].key = rb->due[i]->key;
+        rb->t[i].key_len = rb->due[i]->key_len;
+        rb->t[i].fence = rb->due[i]->fence;
+        memcpy(rb->t[i].owner, rb->due[i]->owner, sizeof rb->t[i].owner);
+    }
+    pthread_mutex_unlock(&wd->mu);
+    int64_t sent_at = wxg__guard_mono_ms();
+    int rc = wxg_guard_renew_batch(wd->g, rb->t, n, rb->res);
+    atomic_fetch_add(&wd->batches, 1);
+    watchdog_contact(wd, rc);
+    pthread_mutex_lock(&wd->mu);
+    for (size_t i = 0; i < n; i++) {
+        struct wxg_guard_watch_s *w = rb->due[i];
+        w->busy = 0;
+        if (w->orphan) {
+            watch_free(w);
+            continue;
+        }
+        if (rc != 0)
+            continue; /* retried next tick; UNSURE once a lease passes without one */
+        if (rb->res[i] == WXG_GUARD_OK) {
+            /* Count the lease from when the request left, not when it came back. */
+            w->renewed_ms = sent_at;
+            atomic_fetch_add(&wd->renewals, 1);
+        } else {
+            atomic_store(&w->status, WXG_GUARD_WATCH_LOST);
+        }
+    }
+}
+
+/* Waits for the next tick, or probes Redis when a probe is due. Called with mu held; returns
+ * with it held. */
+static void watchdog_idle(wxg_guard_watchdog_t *wd, int64_t tick)
+{
+    /* With nothing to renew for a while, a PING keeps the thread's view of Redis fresh, so
+     * that an idle process can still tell that Redis went away (readiness). The guard's
+     * reconnect backoff bounds how often a dead server is dialled. */
+    int64_t probe_in = watchdog_probe_in(wd, wxg__guard_mono_ms());
+    if (probe_in == 0) {
+        pthread_mutex_unlock(&wd->mu);
+        watchdog_contact(wd, wxg_guard_ping(wd->g));
+        pthread_mutex_lock(&wd->mu);
+        return;
+    }
+    struct timespec ts;
+    cond_deadline(&ts, probe_in > 0 && probe_in < tick ? probe_in : tick);
+    pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+}
+
 static void *watchdog_main(void *arg)
 {
     wxg_guard_watchdog_t *wd = arg;
     prctl(PR_SET_NAME, "wxg-watchdog", 0, 0, 0);
-    size_t cap = (size_t)wd->g->conf.batch_max * 4;
-    struct wxg_guard_watch_s **due = calloc(cap, sizeof *due);
-    wxg_guard_ticket_t *t = calloc(cap, sizeof *t);
-    int *res = calloc(cap, sizeof *res);
+    renew_buf rb;
+    rb.cap = (size_t)wxg__guard_conf(wd->g)->batch_max * 4;
+    rb.due = calloc(rb.cap, sizeof *rb.due);
+    rb.t = calloc(rb.cap, sizeof *rb.t);
+    rb.res = calloc(rb.cap, sizeof *rb.res);
     /* Wake often enough that a registration is renewed between lease/3 and lease/2 after the
      * previous renewal. */
     int64_t tick = wd->lease_ms / 6 > 0 ? wd->lease_ms / 6 : 1;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
-        size_t n = (due && t && res) ? watchdog_collect(wd, due, cap, mono_ms()) : 0;
+        size_t n = (rb.due && rb.t && rb.res)
+                       ? watchdog_collect(wd, rb.due, rb.cap, wxg__guard_mono_ms())
+                       : 0;
         if (n > 0) {
-            for (size_t i = 0; i < n; i++) {
-                t[i].key = due[i]->key;
-                t[i].key_len = due[i]->key_len;
-                t[i].fence = due[i]->fence;
-                memcpy(t[i].owner, due[i]->owner, sizeof t[i].owner);
-            }
-            pthread_mutex_unlock(&wd->mu);
-            int64_t sent_at = mono_ms();
-            int rc = wxg_guard_renew_batch(wd->g, t, n, res);
-            atomic_fetch_add(&wd->batches, 1);
-            watchdog_contact(wd, rc);
-            pthread_mutex_lock(&wd->mu);
-            for (size_t i = 0; i < n; i++) {
-                struct wxg_guard_watch_s *w = due[i];
-                w->busy = 0;
-                if (w->orphan) {
-                    watch_free(w);
-                    continue;
-                }
-                if (rc != 0)
-                    continue; /* retried next tick; UNSURE once a lease passes without one */
-                if (res[i] == WXG_GUARD_OK) {
-                    /* Count the lease from when the request left, not when it came back. */
-                    w->renewed_ms = sent_at;
-                    atomic_fetch_add(&wd->renewals, 1);
-                } else {
-                    atomic_store(&w->status, WXG_GUARD_WATCH_LOST);
-                }
-            }
-            if (n == cap)
+            watchdog_renew(wd, &rb, n);
+            if (n == rb.cap)
                 continue; /* more may be due */
         }
         if (wd->stop)
             break;
-        /* With nothing to renew for a while, a PING keeps the thread's view of Redis fresh, so
-         * that an idle process can still tell that Redis went away (readiness). The guard's
-         * reconnect backoff bounds how often a dead server is dialled. */
-        int64_t probe_in = watchdog_probe_in(wd, mono_ms());
-        if (probe_in == 0) {
-            pthread_mutex_unlock(&wd->mu);
-            watchdog_contact(wd, wxg_guard_ping(wd->g));
-            pthread_mutex_lock(&wd->mu);
-            continue;
-        }
-        struct timespec ts;
-        cond_deadline(&ts, probe_in > 0 && probe_in < tick ? probe_in : tick);
-        pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+        watchdog_idle(wd, tick);
     }
     pthread_mutex_unlock(&wd->mu);
-    free(due);
-    free(t);
-    free(res);
+    free(rb.due);
+    free(rb.t);
+    free(rb.res);
+    return NULL;
+}
+
+/* Initialises the mutex and the condition variable (on the monotonic clock). */
+static int watchdog_locks(wxg_guard_watchdog_t *wd, char *errstr, size_t errstr_size)
+{
+    if (pthread_mutex_init(&wd->mu, NULL) != 0) {
+        wxg__guard_errf(errstr, errstr_size, "pthread_mutex_init failed");
+        return WXG_ENOMEM;
+    }
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) {
+        wxg__guard_errf(errstr, errstr_size, "pthread_condattr_init failed");
+        goto fail_cond;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int crc = pthread_cond_init(&wd->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (crc != 0) {
+        wxg__guard_errf(errstr, errstr_size, "pthread_cond_init failed");
+        goto fail_cond;
+    }
+    return 0;
+
+fail_cond:
+    pthread_mutex_destroy(&wd->mu);
+    return WXG_ENOMEM;
+}
+
+wxg_guard_watchdog_t *wxg__guard_watchdog_new_on(wxg_guard_t *g, int64_t max_extension_ms,
+                                                 int64_t owner_timeout_ms, char *errstr,
+                                                 size_t errstr_size)
+{
+    wxg_guard_watchdog_t *wd = calloc(1, sizeof *wd);
+    if (!wd) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        goto fail_alloc;
+    }
+    wd->g = g;
+    wd->lease_ms = wxg__guard_conf(g)->lease_ms;
+    wd->max_extension_ms = max_extension_ms > 0 ? max_extension_ms : 10 * wd->lease_ms;
+    wd->owner_timeout_ms = owner_timeout_ms > 0 ? owner_timeout_ms : 0;
+    atomic_init(&wd->batches, 0);
+    atomic_init(&wd->renewals, 0);
+    /* The handle has just connected: that is the first contact. */
+    atomic_init(&wd->contact_ok_ms, wxg__guard_mono_ms());
+    atomic_init(&wd->contact_err_ms, 0);
+    atomic_init(&wd->contact_err, 0);
+    if (watchdog_locks(wd, errstr, errstr_size) != 0)
+        goto fail_locks;
+    if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
+        wxg__guard_errf(errstr, errstr_size, "cannot start the watchdog thread");
+        goto fail_thread;
+    }
+    return wd;
+
+fail_thread:
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+fail_locks:
+    free(wd);
+fail_alloc:
+    wxg_guard_destroy(g);
     return NULL;
 }
 
@@ -2822,64 +2260,16 @@ wxg_guard_watchdog_t *wxg_guard_watchdog_new(const wxg_guard_conf_t *conf, int64
                                              size_t errstr_size)
 {
     int rc = 0;
-    wxg_guard_watchdog_t *wd = calloc(1, sizeof *wd);
-    if (!wd) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "out of memory");
-        goto fail_alloc;
+    wxg_guard_watchdog_t *wd = NULL;
+    wxg_guard_t *g = wxg_guard_new(conf, &rc, errstr, errstr_size);
+    if (g) {
+        wd = wxg__guard_watchdog_new_on(g, max_extension_ms, owner_timeout_ms, errstr, errstr_size);
+        if (!wd)
+            rc = WXG_ENOMEM;
     }
-    wd->g = wxg_guard_new(conf, &rc, errstr, errstr_size);
-    if (!wd->g)
-        goto fail_guard;
-    wd->lease_ms = wd->g->conf.lease_ms;
-    wd->max_extension_ms = max_extension_ms > 0 ? max_extension_ms : 10 * wd->lease_ms;
-    wd->owner_timeout_ms = owner_timeout_ms > 0 ? owner_timeout_ms : 0;
-    atomic_init(&wd->batches, 0);
-    atomic_init(&wd->renewals, 0);
-    /* wxg_guard_new() has just connected: that is the first contact. */
-    atomic_init(&wd->contact_ok_ms, mono_ms());
-    atomic_init(&wd->contact_err_ms, 0);
-    atomic_init(&wd->contact_err, 0);
-    if (pthread_mutex_init(&wd->mu, NULL) != 0) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "pthread_mutex_init failed");
-        goto fail_mutex;
-    }
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "pthread_condattr_init failed");
-        goto fail_cond;
-    }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int crc = pthread_cond_init(&wd->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc != 0) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "pthread_cond_init failed");
-        goto fail_cond;
-    }
-    if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
-        rc = WXG_ENOMEM;
-        set_err(errstr, errstr_size, "cannot start the watchdog thread");
-        goto fail_thread;
-    }
-    if (err)
-        *err = 0;
-    return wd;
-
-fail_thread:
-    pthread_cond_destroy(&wd->cv);
-fail_cond:
-    pthread_mutex_destroy(&wd->mu);
-fail_mutex:
-    wxg_guard_destroy(wd->g);
-fail_guard:
-    free(wd);
-fail_alloc:
     if (err)
         *err = rc;
-    return NULL;
+    return wd;
 }
 
 void wxg_guard_watchdog_destroy(wxg_guard_watchdog_t *wd)
@@ -2904,7 +2294,7 @@ void wxg_guard_watchdog_destroy(wxg_guard_watchdog_t *wd)
 
 wxg_guard_watch_t *wxg_guard_watchdog_add(wxg_guard_watchdog_t *wd, const wxg_guard_ticket_t *t)
 {
-    if (!wd || !ticket_valid(t))
+    if (!wd || !wxg__guard_ticket_valid(t))
         return NULL;
     struct wxg_guard_watch_s *w = calloc(1, sizeof *w);
     if (!w)
@@ -2918,7 +2308,7 @@ wxg_guard_watch_t *wxg_guard_watchdog_add(wxg_guard_watchdog_t *wd, const wxg_gu
     w->key_len = t->key_len;
     w->fence = t->fence;
     memcpy(w->owner, t->owner, sizeof w->owner);
-    int64_t now = mono_ms();
+    int64_t now = wxg__guard_mono_ms();
     atomic_init(&w->status, WXG_GUARD_WATCH_LIVE);
     atomic_init(&w->touched_ms, now);
     w->registered_ms = now;
@@ -2953,7 +2343,7 @@ int wxg_guard_watch_status(const wxg_guard_watch_t *w)
 void wxg_guard_watch_touch(wxg_guard_watch_t *w)
 {
     if (w)
-        atomic_store(&w->touched_ms, mono_ms());
+        atomic_store(&w->touched_ms, wxg__guard_mono_ms());
 }
 
 void wxg_guard_watchdog_counts(wxg_guard_watchdog_t *wd, uint64_t *batches, uint64_t *renewals)

@@ -1,115 +1,130 @@
 /*
- * Internals of the guard shared with its unit tests: the pure parts (key building, fingerprint
- * and bucket geometry, reply parsing) that need no Redis.
+ * The guard's internal design interface, and the helpers every design shares.
+ *
+ * The guard module is several files, not the one lib/<mod>.c the house style asks for, because
+ * one file had grown past what a reader can hold in mind and because it holds more than one
+ * design of the same public API:
+ *
+ *   lib/guard.c           public API: configuration defaults and checks, new/destroy, argument
+ *                         checks, dispatch through the design's operations table, counters
+ *   lib/guard_layout.c    pure parts: key names, fingerprint and bucket geometry
+ *   lib/guard_conn.c      the Redis connection of both Redis designs: connect, AUTH, SELECT,
+ *                         Sentinel, reconnect with backoff, script loading, layout stamp
+ *   lib/guard_naive.c     the benchmark's naive design (conf.naive)
+ *
+ * Not split out of lib/guard.c yet: lib/guard_lua.c, lib/guard_admin.c, lib/guard_watchdog.c.
+ *
+ * Two internal headers: this one (the design interface, which a design outside lib/ such as the
+ * unit tests' in-memory fake, tests/support/fakeguard.c, implements), and guard_conn_int.h
+ * (what the Redis designs share). The rule behind the house style still holds: nothing outside
+ * the guard module includes either header, except the guard's own tests.
+ *
+ * A design is an operations table plus a pointer to its own state. The public functions check
+ * their arguments once and then call the table, so a design sees only valid calls (see
+ * wxg__guard_ops_t). The handle, not the design, keeps the counters and the last error text.
  */
 #ifndef WXG_GUARD_INT_H
 #define WXG_GUARD_INT_H
 
-#include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "wxguard/guard.h"
 
-/* The Lua scripts from lib/lua/, compiled in by lib/lua/embed.cmake. */
-extern const char wxg__lua_claim[];
-extern const char wxg__lua_renew[];
-extern const char wxg__lua_plugin_done[];
-extern const char wxg__lua_complete[];
-extern const char wxg__lua_fail[];
-extern const char wxg__lua_inspect[];
-extern const char wxg__lua_release[];
-extern const char wxg__lua_layout[];
-extern const char wxg__lua_rearm[];
-extern const char wxg__lua_purge[];
-extern const char wxg__lua_peek[];
+/* ---- The design interface ---- */
 
-/* The false-duplicate requirement: below WXG__FALSE_DUP_P over a retention window holding at
- * least WXG__FALSE_DUP_MARKERS markers (more when the configured rate implies more). */
-#define WXG__FALSE_DUP_P       1e-9
-#define WXG__FALSE_DUP_MARKERS 600e6
-/* The fingerprint's selector bits come from its first bytes, the stored field from byte 8 on,
- * so the two never overlap. */
-#define WXG__SELECTOR_BITS_MAX 40
-#define WXG__FIELD_OFFSET      8
-#define WXG__FIELD_BYTES_MIN   4
-#define WXG__FIELD_BYTES_MAX   16
-#define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
-/* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
- * in-flight record is one string (lib/lua/_record.lua) instead of a hash. v3: that string also
- * carries the idempotency key and the rearm time (for the admin tool). */
-#define WXG__LAYOUT_VERSION "v3"
-/* Default time-bucket width = retention / this: claim probes this + 1 buckets, and a marker lives
- * between the retention and retention * (1 + 1 / this). Chosen by measurement: docs/guard.md. */
-#define WXG__BUCKETS_PER_RETENTION 1
+/* What a design implements. The public functions call these only with checked arguments:
+ *   - batches have n >= 1 and non-NULL arrays;
+ *   - every message key and every ticket's key is non-NULL with key_len > 0, every ticket is
+ *     valid (wxg__guard_ticket_valid), every plugin name valid and every plugin result at most
+ *     WXG_GUARD_RESULT_MAX bytes (and non-NULL when not empty);
+ *   - claim_batch's out[] is zeroed; on an error the caller clears it, on success the caller
+ *     adds the payload tags to the tickets;
+ *   - release/rearm/purge get a non-NULL result pointer; inspect, scan a non-NULL out/cursor/fn.
+ * Every operation returns 0 or a negative WXG_E* code, sets the handle's last error
+ * (wxg__guard_set_error) when it fails, and counts what it did in wxg__guard_stats().
+ * An operation left NULL is refused with WXG_ESTATE ("<op> is not available in <name> mode").
+ * destroy frees the design's state (not the handle); it is called once, by wxg_guard_destroy.
+ * Thread context: the handle's (one thread at a time). */
+typedef struct wxg__guard_ops {
+    const char *name; /* "lua", "naive", "fake": for error texts */
+    int (*claim_batch)(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
+                       wxg_guard_claim_t *out);
+    int (*renew_batch)(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results);
+    int (*plugin_done_batch)(wxg_guard_t *g, const wxg_guard_plugin_done_t *items, size_t n,
+                             int *results);
+    int (*complete_batch)(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results);
+    int (*fail_batch)(wxg_guard_t *g, const wxg_guard_failure_t *items, size_t n, int *results);
+    int (*inspect)(wxg_guard_t *g, const char *key, size_t key_len,
+                   const unsigned char *payload_hash, wxg_guard_record_t **out);
+    int (*release)(wxg_guard_t *g, const char *key, size_t key_len, int *released);
+    int (*rearm)(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed);
+    int (*purge)(wxg_guard_t *g, const char *key, size_t key_len, int *purged);
+    int (*scan)(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn, void *arg);
+    int (*ping)(wxg_guard_t *g);
+    int (*describe_layout)(const wxg_guard_t *g, char *buf, size_t size);
+    void (*destroy)(wxg_guard_t *g);
+} wxg__guard_ops_t;
 
-/* Geometry of the compact DONE markers, derived from the configuration. */
-typedef struct wxg__guard_geom {
-    int shard_bits;        /* hash-tag shard = first shard_bits bits of the fingerprint */
-    int selector_bits;     /* shard bits + sub-bucket bits: fingerprint bits implied by a bucket */
-    int field_bytes;       /* stored fingerprint bytes per marker */
-    int required_bits;     /* fingerprint bits needed for the false-duplicate bound */
-    int64_t bucket_ms;     /* time-bucket width */
-    int64_t retention_ms;  /* DONE retention */
-    double window_markers; /* N: markers assumed live in one retention window */
-    double false_dup;      /* N(N-1)/2 / 2^(selector_bits + 8 field_bytes) */
-    double bucket_mean;    /* expected entries per bucket at the configured rate */
-} wxg__guard_geom_t;
+/* Makes a handle that dispatches to `ops` with the design state `impl`. `ops` must outlive the
+ * handle (a static table). `conf` (NULL: the defaults of wxg_guard_conf_init) is copied with
+ * every string member set to NULL: a design keeps its own copies of the strings it needs. The
+ * configuration is not checked here (wxg_guard_new checks it before it picks a design).
+ * Returns NULL with errstr filled on allocation failure; `impl` then stays the caller's. On
+ * success wxg_guard_destroy() calls ops->destroy and frees the handle. */
+wxg_guard_t *wxg__guard_new_ops(const wxg__guard_ops_t *ops, void *impl,
+                                const wxg_guard_conf_t *conf, char *errstr, size_t errstr_size);
 
-/* Smallest b with n(n-1)/2 / 2^b < p (birthday bound). */
-int wxg__guard_required_bits(double n, double p);
+/* The design state given to wxg__guard_new_ops. */
+void *wxg__guard_impl(const wxg_guard_t *g);
 
-/* Derives the geometry; returns 0 or WXG_ECONFIG with a reason in errstr. */
-int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
-                            size_t errstr_size);
+/* The handle's copy of the configuration (strings NULL, see wxg__guard_new_ops). */
+const wxg_guard_conf_t *wxg__guard_conf(const wxg_guard_t *g);
 
-/* The layout stamp stored in Redis for this geometry. */
-int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size);
+/* The handle's counters, for the design to update; valid as long as the handle. */
+wxg_guard_stats_t *wxg__guard_stats(wxg_guard_t *g);
 
-/* SHA-256 of the idempotency key. Returns 0 or WXG_ENOMEM. */
-int wxg__guard_fingerprint(const void *key, size_t len, unsigned char fp[32]);
+/* Sets the text wxg_guard_last_error() returns (truncated to the buffer). */
+void wxg__guard_set_error(wxg_guard_t *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-/* The Redis names of one message. */
-typedef struct wxg__guard_keys {
-    unsigned shard;
-    uint64_t sub; /* sub-bucket index within the shard */
-    char record[WXG__KEY_MAX];
-    size_t record_len;
-    char stem[WXG__KEY_MAX]; /* DONE bucket name without the time-bucket index */
-    size_t stem_len;
-    unsigned char field[WXG__FIELD_BYTES_MAX];
-    size_t field_len;
-} wxg__guard_keys_t;
+/* The buffer behind wxg_guard_last_error(), for functions that take an errstr/errstr_size
+ * pair; *size receives its size. Valid as long as the handle. */
+char *wxg__guard_error_buf(wxg_guard_t *g, size_t *size);
 
-/* Builds the names from the prefix and the fingerprint:
- *   record  <prefix>{s<shard hex>}:r:<first 16 fingerprint bytes in hex>
- *   bucket  <prefix>{s<shard hex>}:d:<sub>:<time bucket>   (stem = all but the time bucket)
- * The shard is written in fixed-width hex (one digit per 4 shard bits).
- * Returns 0 or WXG_EINVAL (prefix too long). */
-int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
-                          const unsigned char fp[32], wxg__guard_keys_t *out);
+/* Counts a call-level failure in the counter its code names (conn_errors, timeouts,
+ * redis_errors, replica_failures); other codes are not counted. */
+void wxg__guard_count_error(wxg_guard_stats_t *s, int rc);
 
-/* The payload tag stored as a marker's value: the first two bytes of the payload hash as a
- * signed 16-bit number (Redis keeps it as a 2-byte integer in the listpack); 0 for NULL. */
+/* 1 when a ticket is usable (key set, fence > 0, owner of WXG_GUARD_OWNER_LEN characters). */
+int wxg__guard_ticket_valid(const wxg_guard_ticket_t *t);
+
+/* The payload tag stored with a DONE marker and carried by a claim's ticket: the first two
+ * bytes of the payload hash as a signed 16-bit number; 0 for NULL. */
 int wxg__guard_payload_tag(const unsigned char *payload_hash);
 
-/* 1 when `prefix` is usable ([A-Za-z0-9:_.-], 1..WXG_GUARD_PREFIX_MAX bytes), else 0. */
-int wxg__guard_prefix_valid(const char *prefix);
-
-/* 1 when `name` is a usable plugin name, else 0. */
+/* 1 when `name` is a usable plugin name ([A-Za-z0-9_.-], 1..WXG_GUARD_PLUGIN_NAME_MAX bytes). */
 int wxg__guard_plugin_name_valid(const char *name);
 
-/* Classifies an error reply: WXG_EAUTH for NOAUTH/WRONGPASS/NOPERM, 1 for NOSCRIPT (not an error
- * for the caller: reload and retry), WXG_EREDIS for anything else. */
-int wxg__guard_classify_error(const char *str, size_t len);
+/* ---- Shared helpers ---- */
 
-/* Parses one message's element of a claim reply into `out` (outcome, fence, attempt, finished
- * plugins). The ticket's key and owner are not touched. Returns 0, WXG_EREDIS (malformed) or
- * WXG_ENOMEM. */
-int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t wxg__guard_mono_ms(void);
 
-/* Parses one message's element of a renew/plugin_done/complete/fail reply into a
- * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
-int wxg__guard_parse_result(const redisReply *r, int *result);
+/* Fills buf with random bytes from the kernel (getrandom, else /dev/urandom). 0 or WXG_EIO. */
+int wxg__guard_fill_random(void *buf, size_t len);
+
+/* Formats into buf (NULL or size 0: nothing), as snprintf. */
+void wxg__guard_errf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- The watchdog over a given handle ---- */
+
+/* Starts a watchdog (see wxg_guard_watchdog_new) that renews through `g`, any design's handle.
+ * Takes ownership of `g` in every case: the watchdog destroys it, and so does a failed call.
+ * Returns NULL with errstr filled when the thread or its locks cannot be made (WXG_ENOMEM). */
+wxg_guard_watchdog_t *wxg__guard_watchdog_new_on(wxg_guard_t *g, int64_t max_extension_ms,
+                                                 int64_t owner_timeout_ms, char *errstr,
+                                                 size_t errstr_size);
 
 #endif /* WXG_GUARD_INT_H */

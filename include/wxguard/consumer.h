@@ -19,7 +19,8 @@
  *
  * Logging goes through wxguard/log.h (events: started, assigned, revoked, pause, resume,
  * decode_error, dead_lettered, guard_error, stats every 10 s with every counter, lag per
- * partition, stalled and stall_cleared, draining, stopped).
+ * partition, stalled and stall_cleared, pipeline_fatal and fatal when an error of the fatal
+ * class stops it, draining, drain_stopped, stopped).
  *
  * Metrics (docs/metrics.md) live in a wxg_metrics_t registry: counters are updated where the
  * event happens, gauges by the poll thread (at most every 100 ms; lag every second), and
@@ -146,8 +147,10 @@ WXG_EXPORT wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, cha
 
 /* Subscribes and runs the poll loop until wxg_consumer_stop(), then shuts down in order: stop
  * fetching, drain within the budget, final synchronous commit of the watermarks, close.
- * Returns 0 after a clean stop, or a negative WXG_E* code for a fatal error (e.g. WXG_EAUTH
- * from Redis, a fatal Kafka error), after the same orderly shutdown. Call once. */
+ * Returns 0 after a clean stop, or the first error whose class is fatal (wxg_err_class) after
+ * the same orderly shutdown, whose drain then stops waiting once only delayed work is left:
+ * e.g. WXG_EAUTH or WXG_ECONFIG (the layout stamp no longer matches) from a guard call or the
+ * watchdog, WXG_ESTATE for a fatal Kafka error, WXG_ENOMEM. Call once. */
 WXG_EXPORT int wxg_consumer_run(wxg_consumer_t *c);
 
 /* Asks run to stop. Async-signal-safe; any thread. */

@@ -172,6 +172,14 @@ int wxg_ct_signal(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms)
     kill(pid, sig);
     if (sig != SIGTERM && sig != SIGKILL && sig != SIGINT)
         return 0;
+    return wxg_ct_wait_exit(t, idx, timeout_ms);
+}
+
+int wxg_ct_wait_exit(wxg_ct_t *t, int idx, int64_t timeout_ms)
+{
+    pid_t pid = t->pids[idx];
+    if (pid <= 0)
+        return -1;
     int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
     for (;;) {
         int st;

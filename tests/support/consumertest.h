@@ -51,6 +51,9 @@ pid_t wxg_ct_spawn(wxg_ct_t *t, int idx);
 /* Sends `sig` to replica idx and, for SIGTERM/SIGKILL, waits for it to exit (bounded). Returns
  * its exit status as from waitpid (or -1 when it did not exit in time). */
 int wxg_ct_signal(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms);
+/* Waits for replica idx to exit by itself, at most timeout_ms (scaled). Returns its exit status
+ * as from waitpid, or -1 when it did not exit in time. */
+int wxg_ct_wait_exit(wxg_ct_t *t, int idx, int64_t timeout_ms);
 
 /* Asserts that `st` (from wxg_ct_signal for replica idx) is a normal exit with status `code`.
  * Otherwise prints how the replica ended (exit code, signal, or still running) and the last

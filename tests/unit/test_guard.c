@@ -1,6 +1,7 @@
-/* Unit tests for the pure parts of lib/guard.c: the false-duplicate arithmetic, the compact-marker
- * geometry, Redis key building from hostile keys, and parsing of script replies (built from raw
- * RESP bytes with hiredis's own reader, so no server is involved). */
+/* Unit tests for the pure parts of the guard (lib/guard_layout.c, lib/guard_lua.c): the
+ * false-duplicate arithmetic, the compact-marker geometry, Redis key building from hostile keys,
+ * and parsing of script replies (built from raw RESP bytes with hiredis's own reader, so no
+ * server is involved). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard_int.h"
+#include "guard_conn_int.h"
 
 static redisReply *resp(const char *bytes)
 {

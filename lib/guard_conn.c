@@ -1,0 +1,682 @@
+/*
+ * DESIGN: the guard's Redis connection, shared by the Lua and the naive design.
+ *
+ * Purpose: one hiredis connection per handle to the Redis primary, made ready for the designs:
+ * connect (TCP or Unix socket), AUTH, SELECT, in Sentinel mode discovery of the primary and a
+ * ROLE check, SCRIPT LOAD of every script and the check of the layout stamp (lib/lua/layout.lua)
+ * that keeps guards with different DONE-marker geometries off one prefix. The stamp is
+ * refreshed now and then so that it outlives every marker.
+ *
+ * Threads: the handle's thread only; no locks. The state (wxg__guard_redis_t) belongs to one
+ * handle.
+ *
+ * Failure modes. A hiredis context is dead after any I/O error: it is freed at once and the
+ * next call reconnects (immediately the first time, then with capped, jittered backoff; calls
+ * made during the backoff fail fast with WXG_ECONN). A connection the server closed while it
+ * was idle (restart, idle timeout) is noticed before the next call is sent and replaced at
+ * once, so that call does not fail. A reconnect reloads the scripts. A READONLY answer (the
+ * server was demoted by a failover) drops the connection so that the next call connects again,
+ * in Sentinel mode after asking the Sentinels again. The password is only ever sent in AUTH
+ * and is wiped on destroy; error texts carry Redis's reply, which never contains it.
+ */
+#include "guard_conn_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+static const char *const script_src[WXG__S_COUNT] = {
+    wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
+    wxg__lua_fail,  wxg__lua_inspect, wxg__lua_release,     wxg__lua_layout,
+    wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,
+};
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* xorshift64*: only for backoff jitter, never for tokens. */
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 2685821657736338717ULL;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void free_secret(char *s)
+{
+    if (s) {
+        explicit_bzero(s, strlen(s));
+        free(s);
+    }
+}
+static int starts_with(const char *s, size_t len, const char *word)
+{
+    size_t w = strlen(word);
+    return len >= w && memcmp(s, word, w) == 0;
+}
+
+int wxg__guard_classify_error(const char *str, size_t len)
+{
+    if (!str)
+        return WXG_EREDIS;
+    if (starts_with(str, len, "NOSCRIPT"))
+        return 1;
+    if (starts_with(str, len, "NOAUTH") || starts_with(str, len, "WRONGPASS") ||
+        starts_with(str, len, "NOPERM"))
+        return WXG_EAUTH;
+    return WXG_EREDIS;
+}
+
+/* The code a call fails with for an error reply: WXG_EAUTH for authentication and ACL
+ * refusals, WXG_EREDIS for the rest (NOSCRIPT included, where it is not retried). */
+int wxg__guard_refusal_code(const redisReply *r)
+{
+    int rc = wxg__guard_classify_error(r->str, r->len);
+    return rc > 0 ? WXG_EREDIS : rc;
+}
+
+static struct timeval tv_ms(int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+/* The code for a dead context, from the errno hiredis left behind. */
+int wxg__guard_conn_code(const redisContext *c, int saved_errno)
+{
+    if (c->err == REDIS_ERR_IO &&
+        (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
+         strstr(c->errstr, "temporarily unavailable") || strstr(c->errstr, "timed out")))
+        return WXG_ETIMEDOUT;
+    if (c->err == REDIS_ERR_OOM)
+        return WXG_ENOMEM;
+    return WXG_ECONN;
+}
+
+void wxg__guard_conn_drop(wxg__guard_redis_t *rg)
+{
+    if (rg->ctx) {
+        redisFree(rg->ctx);
+        rg->ctx = NULL;
+    }
+}
+
+/* Sends one command and reads its reply on the fresh context (connect time only). On an I/O
+ * error the context is dropped. */
+int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
+                            redisReply **out, char *errstr, size_t errstr_size)
+{
+    errno = 0;
+    redisReply *r = redisCommandArgv(rg->ctx, argc, argv, lens);
+    if (!r) {
+        int saved = errno;
+        int rc = wxg__guard_conn_code(rg->ctx, saved);
+        wxg__guard_errf(errstr, errstr_size, "%s failed: %s", argv[0], rg->ctx->errstr);
+        wxg__guard_conn_drop(rg);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    for (int i = 0; i < WXG__S_COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", script_src[i]};
+        size_t lens[3] = {6, 4, strlen(script_src[i])};
+        redisReply *r = NULL;
+        int rc = wxg__guard_conn_command(rg, 3, argv, lens, &r, errstr, errstr_size);
+        if (rc)
+            return rc;
+        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+            rc = r->type == REDIS_REPLY_ERROR ? wxg__guard_refusal_code(r) : WXG_EREDIS;
+            wxg__guard_errf(errstr, errstr_size, "SCRIPT LOAD refused: %.*s",
+                            r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
+                            r->type == REDIS_REPLY_ERROR ? r->str : "");
+            freeReplyObject(r);
+            return rc;
+        }
+        memcpy(rg->sha[i], r->str, 40);
+        rg->sha[i][40] = '\0';
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* Stamps or checks the compact-marker layout (see lib/lua/layout.lua). */
+static int check_stamp(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    char ttl[32];
+    snprintf(ttl, sizeof ttl, "%lld", (long long)(rg->geom.retention_ms + 2 * rg->geom.bucket_ms));
+    const char *argv[] = {"EVALSHA", rg->sha[WXG__S_LAYOUT], "1", rg->layout_key, rg->stamp, ttl};
+    size_t lens[] = {7, 40, 1, strlen(rg->layout_key), strlen(rg->stamp), strlen(ttl)};
+    redisReply *r = NULL;
+    int rc = wxg__guard_conn_command(rg, 6, argv, lens, &r, errstr, errstr_size);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_refusal_code(r);
+        wxg__guard_errf(errstr, errstr_size, "layout check refused: %.*s", (int)r->len, r->str);
+    } else if (r->type != REDIS_REPLY_STRING) {
+        rc = WXG_EREDIS;
+        wxg__guard_errf(errstr, errstr_size, "layout check: unexpected reply");
+    } else if (r->len < sizeof WXG__LAYOUT_VERSION ||
+               memcmp(r->str, WXG__LAYOUT_VERSION " ", sizeof WXG__LAYOUT_VERSION) != 0) {
+        /* Another layout version wrote this prefix: its records and markers have another shape,
+         * so this version can neither read them nor safely write beside them. */
+        rc = WXG_ECONFIG;
+        wxg__guard_errf(
+            errstr, errstr_size,
+            "the keys under prefix %s were written with DONE-marker layout \"%.*s\"; this "
+            "version uses layout %s and cannot read them. Stop every guard on that prefix and "
+            "start this version with a new prefix (messages completed under the old prefix are "
+            "then not recognised as duplicates), or delete %s once every old key has expired",
+            rg->prefix, (int)(r->len > 100 ? 100 : r->len), r->str, WXG__LAYOUT_VERSION,
+            rg->layout_key);
+    } else if (r->len != strlen(rg->stamp) || memcmp(r->str, rg->stamp, r->len) != 0) {
+        rc = WXG_ECONFIG;
+        wxg__guard_errf(errstr, errstr_size,
+                        "the DONE-marker layout stored under %s is \"%.*s\" but this configuration "
+                        "gives \"%s\"; markers would not be found. Keep the stored geometry (pin "
+                        "done_selector_bits, shard_bits and done_bucket_ms) or use a new prefix",
+                        rg->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, rg->stamp);
+    } else {
+        rg->stamp_checked_ms = wxg__guard_mono_ms();
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Connects, authenticates, selects the database, loads the scripts and checks the stamp. */
+/* Sends AUTH [user] password on `c`; 0, or the error code with errstr naming `who`. */
+static int auth_on(redisContext *c, const char *who, const char *user, const char *password,
+                   char *errstr, size_t errstr_size)
+{
+    const char *argv[3];
+    size_t lens[3];
+    int argc = 0;
+    argv[argc] = "AUTH";
+    lens[argc++] = 4;
+    if (user) {
+        argv[argc] = user;
+        lens[argc++] = strlen(user);
+    }
+    argv[argc] = password;
+    lens[argc++] = strlen(password);
+    errno = 0;
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (!r) {
+        int saved = errno;
+        wxg__guard_errf(errstr, errstr_size, "AUTH to %s failed: %s", who, c->errstr);
+        return wxg__guard_conn_code(c, saved);
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
+         * password, and neither does ours. */
+        wxg__guard_errf(errstr, errstr_size, "%s AUTH as user '%s' failed: %.*s", who,
+                        user ? user : "default", (int)(r->len > 160 ? 160 : r->len), r->str);
+        rc = WXG_EAUTH;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Reads a {host, port} answer into host (size bytes) and *port; 0 when it is not one. */
+static int primary_addr(const redisReply *r, char *host, size_t size, int *port)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+        r->element[0]->len == 0 || r->element[0]->len >= size)
+        return 0;
+    char *end = NULL;
+    long p = strtol(r->element[1]->str, &end, 10);
+    if (end == r->element[1]->str || *end != '\0' || p < 1 || p > 65535)
+        return 0;
+    memcpy(host, r->element[0]->str, r->element[0]->len);
+    host[r->element[0]->len] = '\0';
+    *port = (int)p;
+    return 1;
+}
+
+/* Asks Sentinel `i` for the primary's address and keeps it in cur_host/cur_port. */
+static int sentinel_ask(wxg__guard_redis_t *rg, int i, char *errstr, size_t errstr_size)
+{
+    const wxg__guard_sentinel_t *a = &rg->sent[i];
+    errno = 0;
+    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_ms(rg->conf.connect_timeout_ms));
+    if (!c) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory creating a Sentinel context");
+        return WXG_ENOMEM;
+    }
+    int rc = 0;
+    if (c->err) {
+        rc = wxg__guard_conn_code(c, errno); /* read before wxg__guard_errf() can change errno */
+        wxg__guard_errf(errstr, errstr_size, "connecting to Sentinel %s:%d: %s", a->host, a->port,
+                        c->errstr);
+        goto out;
+    }
+    if (redisSetTimeout(c, tv_ms(rg->conf.command_timeout_ms)) != REDIS_OK) {
+        rc = WXG_ECONN;
+        wxg__guard_errf(errstr, errstr_size, "setting the Sentinel command timeout: %s", c->errstr);
+        goto out;
+    }
+    if (rg->sentinel_password) {
+        char who[300];
+        snprintf(who, sizeof who, "Sentinel %s:%d", a->host, a->port);
+        rc = auth_on(c, who, rg->sentinel_user, rg->sentinel_password, errstr, errstr_size);
+        if (rc)
+            goto out;
+    }
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", rg->sentinel_master};
+    size_t lens[3] = {8, 23, strlen(rg->sentinel_master)};
+    errno = 0;
+    redisReply *r = redisCommandArgv(c, 3, argv, lens);
+    if (!r) {
+        rc = wxg__guard_conn_code(c, errno); /* read before wxg__guard_errf() can change errno */
+        wxg__guard_errf(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port,
+                        c->errstr);
+        goto out;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
+        rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
+        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host,
+                        a->port, rg->sentinel_master);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_refusal_code(r);
+        wxg__guard_errf(errstr, errstr_size,
+                        "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host,
+                        a->port, (int)(r->len > 160 ? 160 : r->len), r->str);
+    } else if (!primary_addr(r, rg->cur_host, sizeof rg->cur_host, &rg->cur_port)) {
+        rc = WXG_EREDIS;
+        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address",
+                        a->host, a->port);
+    }
+    freeReplyObject(r);
+out:
+    redisFree(c);
+    return rc;
+}
+
+/* Finds the primary through the Sentinels, starting with the one that answered last; the error
+ * of the last one asked when none could tell. */
+static int sentinel_locate(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    int rc = WXG_ECONN;
+    for (int k = 0; k < rg->nsent; k++) {
+        int i = (rg->sent_next + k) % rg->nsent;
+        rc = sentinel_ask(rg, i, errstr, errstr_size);
+        if (rc == 0) {
+            rg->sent_next = i;
+            rg->stats->sentinel_lookups++;
+            return 0;
+        }
+    }
+    return rc;
+}
+
+/* In Sentinel mode, checks that the server the Sentinels named still is the primary: during a
+ * failover they may name one that has not been promoted yet, or one already demoted. */
+static int check_role(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    int rc = wxg__guard_conn_command(rg, 1, argv, lens, &r, errstr, errstr_size);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_refusal_code(r);
+        wxg__guard_errf(errstr, errstr_size, "ROLE on %s:%d failed: %.*s", rg->cur_host,
+                        rg->cur_port, (int)(r->len > 160 ? 160 : r->len), r->str);
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+               r->element[0]->type != REDIS_REPLY_STRING ||
+               strcmp(r->element[0]->str, "master") != 0) {
+        rc = WXG_ECONN;
+        wxg__guard_errf(
+            errstr, errstr_size,
+            "%s:%d, named primary '%s' by the Sentinels, is not a primary (a failover in "
+            "progress?)",
+            rg->cur_host, rg->cur_port, rg->sentinel_master);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Opens the socket (TCP or Unix) to `host`:`port` or the Unix path, with the command timeout
+ * and TCP keepalive set. */
+static int connect_socket(wxg__guard_redis_t *rg, const char *host, int port, char *errstr,
+                          size_t errstr_size)
+{
+    struct timeval ct = tv_ms(rg->conf.connect_timeout_ms);
+    errno = 0;
+    rg->ctx = rg->unix_path ? redisConnectUnixWithTimeout(rg->unix_path, ct)
+                            : redisConnectWithTimeout(host, port, ct);
+    if (!rg->ctx) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory creating the Redis context");
+        return WXG_ENOMEM;
+    }
+    if (rg->ctx->err) {
+        int saved = errno;
+        int rc = wxg__guard_conn_code(rg->ctx, saved);
+        if (rg->unix_path)
+            wxg__guard_errf(errstr, errstr_size, "connecting to Redis at %s: %s", rg->unix_path,
+                            rg->ctx->errstr);
+        else
+            wxg__guard_errf(errstr, errstr_size, "connecting to Redis at %s:%d: %s", host, port,
+                            rg->ctx->errstr);
+        return rc;
+    }
+    if (redisSetTimeout(rg->ctx, tv_ms(rg->conf.command_timeout_ms)) != REDIS_OK) {
+        wxg__guard_errf(errstr, errstr_size, "setting the command timeout: %s", rg->ctx->errstr);
+        return WXG_ECONN;
+    }
+    if (!rg->unix_path)
+        redisEnableKeepAlive(rg->ctx);
+    return 0;
+}
+
+/* SELECT conf.db on the fresh connection. */
+static int select_db(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    char db[16];
+    snprintf(db, sizeof db, "%d", rg->conf.db);
+    const char *argv[2] = {"SELECT", db};
+    size_t lens[2] = {6, strlen(db)};
+    redisReply *r = NULL;
+    int rc = wxg__guard_conn_command(rg, 2, argv, lens, &r, errstr, errstr_size);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_refusal_code(r);
+        wxg__guard_errf(errstr, errstr_size, "SELECT %d failed: %.*s", rg->conf.db, (int)r->len,
+                        r->str);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Connects, authenticates, selects the database, checks the role (Sentinel mode), loads the
+ * scripts and checks the stamp. On failure nothing stays connected. */
+static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    const char *host = rg->host;
+    int port = rg->conf.port;
+    if (rg->nsent > 0) {
+        int rc = sentinel_locate(rg, errstr, errstr_size);
+        if (rc)
+            return rc;
+        host = rg->cur_host;
+        port = rg->cur_port;
+    }
+    int rc = connect_socket(rg, host, port, errstr, errstr_size);
+    if (rc == 0 && rg->password)
+        rc = auth_on(rg->ctx, "Redis", rg->user, rg->password, errstr, errstr_size);
+    if (rc == 0 && rg->conf.db != 0)
+        rc = select_db(rg, errstr, errstr_size);
+    if (rc == 0 && rg->nsent > 0)
+        rc = check_role(rg, errstr, errstr_size);
+    if (rc == 0)
+        rc = wxg__guard_conn_load_scripts(rg, errstr, errstr_size);
+    if (rc == 0)
+        rc = check_stamp(rg, errstr, errstr_size);
+    if (rc) {
+        wxg__guard_conn_drop(rg);
+        return rc;
+    }
+    rg->stats->connects++;
+    return 0;
+}
+
+/* Whether an idle connection was closed by the server (a restart, a failover, Redis's `timeout`
+ * for idle clients, a proxy's): every reply is read before a call returns, so an idle socket
+ * that polls readable holds an end of file (or a reset), never an answer. One poll() per call. */
+static int ctx_closed(const wxg__guard_redis_t *rg)
+{
+    struct pollfd p = {.fd = rg->ctx->fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+/* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
+int wxg__guard_conn_ensure(wxg__guard_redis_t *rg)
+{
+    int64_t now = wxg__guard_mono_ms();
+    /* Reconnecting now, before anything is sent, turns what would be a failed call with an
+     * unknown outcome into a normal one. */
+    if (rg->ctx && ctx_closed(rg)) {
+        wxg__guard_conn_drop(rg);
+        rg->next_connect_ms = 0;
+        rg->backoff_ms = 0;
+    }
+    if (rg->ctx) {
+        /* Refresh the layout stamp now and then so that it outlives every marker. */
+        int64_t every = rg->geom.bucket_ms < 3600000 ? rg->geom.bucket_ms : 3600000;
+        if (now - rg->stamp_checked_ms < every)
+            return 0;
+        return check_stamp(rg, rg->last_error, rg->last_error_size);
+    }
+    if (now < rg->next_connect_ms) {
+        wxg__guard_set_error(rg->handle, "Redis unreachable; next reconnect attempt in %lld ms",
+                             (long long)(rg->next_connect_ms - now));
+        return WXG_ECONN;
+    }
+    int rc = guard_connect(rg, rg->last_error, rg->last_error_size);
+    if (rc == 0) {
+        rg->backoff_ms = 0;
+        rg->next_connect_ms = 0;
+        return 0;
+    }
+    /* Capped exponential backoff with jitter: wait between half and all of the current step. */
+    int64_t step = rg->backoff_ms ? rg->backoff_ms * 2 : rg->conf.reconnect_min_ms;
+    if (step > rg->conf.reconnect_max_ms)
+        step = rg->conf.reconnect_max_ms;
+    rg->backoff_ms = step;
+    int64_t half = step / 2;
+    rg->next_connect_ms = wxg__guard_mono_ms() + half +
+                          (half > 0 ? (int64_t)(rng_next(&rg->rng) % (uint64_t)(half + 1)) : 0);
+    return rc;
+}
+
+/* Parses one "host:port" or "[v6 address]:port" of `len` bytes into `a`. 0 or -1. */
+static int parse_one_sentinel(const char *p, size_t len, wxg__guard_sentinel_t *a)
+{
+    const char *h = p, *port_at;
+    size_t hl;
+    if (len > 0 && p[0] == '[') {
+        const char *close = memchr(p, ']', len);
+        if (!close || (size_t)(close - p) + 1 >= len || close[1] != ':')
+            return -1;
+        h = p + 1;
+        hl = (size_t)(close - h);
+        port_at = close + 2;
+    } else {
+        const char *colon = memchr(p, ':', len);
+        if (!colon || memchr(colon + 1, ':', len - (size_t)(colon - p) - 1))
+            return -1; /* an IPv6 address needs brackets */
+        hl = (size_t)(colon - p);
+        port_at = colon + 1;
+    }
+    size_t pl = len - (size_t)(port_at - p);
+    char digits[8];
+    if (hl == 0 || hl >= sizeof a->host || memchr(h, ' ', hl) || pl == 0 || pl >= sizeof digits)
+        return -1;
+    memcpy(digits, port_at, pl);
+    digits[pl] = '\0';
+    char *e = NULL;
+    long port = strtol(digits, &e, 10);
+    if (*e != '\0' || port < 1 || port > 65535)
+        return -1;
+    memcpy(a->host, h, hl);
+    a->host[hl] = '\0';
+    a->port = (int)port;
+    return 0;
+}
+
+/* Parses "host:port[,host:port...]" (blanks around entries allowed) into rg->sent. 0 or -1. */
+static int parse_sentinels(wxg__guard_redis_t *rg, const char *list)
+{
+    for (const char *p = list;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && *p == ' ') {
+            p++;
+            len--;
+        }
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        if (rg->nsent == WXG_GUARD_SENTINELS_MAX ||
+            parse_one_sentinel(p, len, &rg->sent[rg->nsent]))
+            return -1;
+        rg->nsent++;
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
+}
+/* Copies the connection's strings; the configuration's own pointers are only borrowed. */
+static int copy_strings(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf)
+{
+    rg->host = dup_or_null(conf->host ? conf->host : "127.0.0.1");
+    rg->unix_path = dup_or_null(conf->unix_path);
+    rg->user = dup_or_null(conf->user);
+    rg->password = dup_or_null(conf->password);
+    rg->prefix = dup_or_null(conf->prefix ? conf->prefix : "wxg:");
+    if (!rg->host || (conf->unix_path && !rg->unix_path) || (conf->user && !rg->user) ||
+        (conf->password && !rg->password) || !rg->prefix)
+        return WXG_ENOMEM;
+    return 0;
+}
+
+/* Parses and copies the Sentinel settings (none: nothing to do). */
+static int copy_sentinels(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf, char *errstr,
+                          size_t errstr_size)
+{
+    if (!conf->sentinels || !*conf->sentinels)
+        return 0;
+    if (parse_sentinels(rg, conf->sentinels) != 0 || !conf->sentinel_master ||
+        !*conf->sentinel_master || strlen(conf->sentinel_master) > 128) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "invalid Sentinel configuration: need 1..%d host:port entries and the "
+                        "primary's name (at most 128 bytes)",
+                        WXG_GUARD_SENTINELS_MAX);
+        return WXG_ECONFIG;
+    }
+    rg->sentinel_master = strdup(conf->sentinel_master);
+    rg->sentinel_user = dup_or_null(conf->sentinel_user);
+    rg->sentinel_password = dup_or_null(conf->sentinel_password);
+    if (!rg->sentinel_master || (conf->sentinel_user && !rg->sentinel_user) ||
+        (conf->sentinel_password && !rg->sentinel_password)) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        return WXG_ENOMEM;
+    }
+    free(rg->unix_path); /* the Sentinels name a TCP address */
+    rg->unix_path = NULL;
+    return 0;
+}
+
+int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out, char *errstr,
+                          size_t errstr_size)
+{
+    wxg__guard_redis_t *rg = calloc(1, sizeof *rg);
+    if (!rg) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        return WXG_ENOMEM;
+    }
+    rg->conf = *conf;
+    int rc = wxg__guard_geom_compute(conf, &rg->geom, errstr, errstr_size);
+    if (rc)
+        goto fail;
+    rc = copy_strings(rg, conf);
+    if (rc) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+    rc = copy_sentinels(rg, conf, errstr, errstr_size);
+    if (rc)
+        goto fail;
+    /* Only the parsed and copied forms are used after this call. */
+    rg->conf.sentinels = NULL;
+    rg->conf.sentinel_master = rg->sentinel_master;
+    rg->conf.sentinel_user = rg->sentinel_user;
+    rg->conf.sentinel_password = NULL;
+    rg->conf.host = rg->host;
+    rg->conf.unix_path = rg->unix_path;
+    rg->conf.user = rg->user;
+    rg->conf.password = NULL; /* only rg->password holds it */
+    rg->conf.prefix = rg->prefix;
+    wxg__guard_geom_stamp(&rg->geom, rg->stamp, sizeof rg->stamp);
+    snprintf(rg->layout_key, sizeof rg->layout_key, "%slayout", rg->prefix);
+    if (wxg__guard_fill_random(&rg->rng, sizeof rg->rng) != 0 || rg->rng == 0)
+        rg->rng = (uint64_t)wxg__guard_mono_ms() | 1;
+    *out = rg;
+    return 0;
+
+fail:
+    wxg__guard_redis_free(rg);
+    return rc;
+}
+
+wxg_guard_t *wxg__guard_redis_attach(wxg__guard_redis_t *rg, const wxg__guard_ops_t *ops, int *err,
+                                     char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    wxg_guard_t *g = wxg__guard_new_ops(ops, rg, &rg->conf, errstr, errstr_size);
+    if (!g) {
+        rc = WXG_ENOMEM;
+        wxg__guard_redis_free(rg);
+        goto out;
+    }
+    rg->handle = g;
+    rg->stats = wxg__guard_stats(g);
+    rg->last_error = wxg__guard_error_buf(g, &rg->last_error_size);
+    rc = guard_connect(rg, errstr, errstr_size);
+    if (rc) {
+        wxg_guard_destroy(g); /* frees rg through ops->destroy */
+        g = NULL;
+    }
+out:
+    if (err)
+        *err = rc;
+    return g;
+}
+
+void wxg__guard_redis_free(wxg__guard_redis_t *rg)
+{
+    if (!rg)
+        return;
+    wxg__guard_conn_drop(rg);
+    free(rg->host);
+    free(rg->unix_path);
+    free(rg->user);
+    free_secret(rg->password);
+    free(rg->prefix);
+    free(rg->sentinel_master);
+    free(rg->sentinel_user);
+    free_secret(rg->sentinel_password);
+    free(rg);
+}
+
+void wxg__guard_redis_destroy(wxg_guard_t *g)
+{
+    wxg__guard_redis_free(wxg__guard_impl(g));
+}
+
+/* An error reply saying the server is a read-only replica now (demoted by a failover, or a
+ * host name that points elsewhere since): drop the connection, so that the next call connects
+ * again (in Sentinel mode: asks the Sentinels again) instead of writing to it in vain. */
+void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r)
+{
+    /* A script's error carries the command's own code first: "READONLY You can't write...". */
+    if (r->type == REDIS_REPLY_ERROR && starts_with(r->str, r->len, "READONLY")) {
+        rg->stats->demotions++;
+        wxg__guard_conn_drop(rg);
+    }
+}

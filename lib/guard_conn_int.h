@@ -1,0 +1,323 @@
+/*
+ * What the guard's two Redis designs (lib/guard.c, lib/guard_naive.c) share: the design
+ * state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c), the
+ * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard.c).
+ * guard_int.h says why the guard module has two internal headers.
+ *
+ * Thread context: everything here runs on the thread that uses the handle; nothing locks.
+ */
+#ifndef WXG_GUARD_CONN_INT_H
+#define WXG_GUARD_CONN_INT_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "guard_int.h"
+#include "wxguard/donecache.h"
+#include "wxguard/guard.h"
+
+/* ---- Key layout (lib/guard_layout.c): pure, no Redis ---- */
+
+/* The false-duplicate requirement: below WXG__FALSE_DUP_P over a retention window holding at
+ * least WXG__FALSE_DUP_MARKERS markers (more when the configured rate implies more). */
+#define WXG__FALSE_DUP_P       1e-9
+#define WXG__FALSE_DUP_MARKERS 600e6
+/* The fingerprint's selector bits come from its first bytes, the stored field from byte 8 on,
+ * so the two never overlap. */
+#define WXG__SELECTOR_BITS_MAX 40
+#define WXG__FIELD_OFFSET      8
+#define WXG__FIELD_BYTES_MIN   4
+#define WXG__FIELD_BYTES_MAX   16
+#define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
+/* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
+ * in-flight record is one string (lib/lua/_record.lua) instead of a hash. v3: that string also
+ * carries the idempotency key and the rearm time (for the admin tool). */
+#define WXG__LAYOUT_VERSION "v3"
+/* Default time-bucket width = retention / this: claim probes this + 1 buckets, and a marker lives
+ * between the retention and retention * (1 + 1 / this). Chosen by measurement: docs/guard.md. */
+#define WXG__BUCKETS_PER_RETENTION 1
+
+/* Geometry of the compact DONE markers, derived from the configuration. */
+typedef struct wxg__guard_geom {
+    int shard_bits;        /* hash-tag shard = first shard_bits bits of the fingerprint */
+    int selector_bits;     /* shard bits + sub-bucket bits: fingerprint bits implied by a bucket */
+    int field_bytes;       /* stored fingerprint bytes per marker */
+    int required_bits;     /* fingerprint bits needed for the false-duplicate bound */
+    int64_t bucket_ms;     /* time-bucket width */
+    int64_t retention_ms;  /* DONE retention */
+    double window_markers; /* N: markers assumed live in one retention window */
+    double false_dup;      /* N(N-1)/2 / 2^(selector_bits + 8 field_bytes) */
+    double bucket_mean;    /* expected entries per bucket at the configured rate */
+} wxg__guard_geom_t;
+
+/* Smallest b with n(n-1)/2 / 2^b < p (birthday bound). */
+int wxg__guard_required_bits(double n, double p);
+
+/* Derives the geometry; returns 0 or WXG_ECONFIG with a reason in errstr. */
+int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
+                            size_t errstr_size);
+
+/* The layout stamp stored in Redis for this geometry. */
+int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size);
+
+/* The description wxg_guard_describe_layout() gives of this geometry. */
+int wxg__guard_geom_describe(const wxg__guard_geom_t *g, char *buf, size_t size);
+
+/* SHA-256 of the idempotency key. Returns 0 or WXG_ENOMEM. */
+int wxg__guard_fingerprint(const void *key, size_t len, unsigned char fp[32]);
+
+/* The Redis names of one message. */
+typedef struct wxg__guard_keys {
+    unsigned shard;
+    uint64_t sub; /* sub-bucket index within the shard */
+    char record[WXG__KEY_MAX];
+    size_t record_len;
+    char stem[WXG__KEY_MAX]; /* DONE bucket name without the time-bucket index */
+    size_t stem_len;
+    unsigned char field[WXG__FIELD_BYTES_MAX];
+    size_t field_len;
+} wxg__guard_keys_t;
+
+/* Builds the names from the prefix and the fingerprint:
+ *   record  <prefix>{s<shard hex>}:r:<first 16 fingerprint bytes in hex>
+ *   bucket  <prefix>{s<shard hex>}:d:<sub>:<time bucket>   (stem = all but the time bucket)
+ * The shard is written in fixed-width hex (one digit per 4 shard bits).
+ * Returns 0 or WXG_EINVAL (prefix too long). */
+int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
+                          const unsigned char fp[32], wxg__guard_keys_t *out);
+
+/* wxg__guard_payload_tag (guard_int.h) is a marker's value: Redis keeps it as a 2-byte integer
+ * in the bucket's listpack. */
+
+/* 1 when `prefix` is usable ([A-Za-z0-9:_.-], 1..WXG_GUARD_PREFIX_MAX bytes), else 0. */
+int wxg__guard_prefix_valid(const char *prefix);
+
+/* ---- The Lua scripts (lib/lua/, compiled in by lib/lua/embed.cmake) ---- */
+
+extern const char wxg__lua_claim[];
+extern const char wxg__lua_renew[];
+extern const char wxg__lua_plugin_done[];
+extern const char wxg__lua_complete[];
+extern const char wxg__lua_fail[];
+extern const char wxg__lua_inspect[];
+extern const char wxg__lua_release[];
+extern const char wxg__lua_layout[];
+extern const char wxg__lua_rearm[];
+extern const char wxg__lua_purge[];
+extern const char wxg__lua_peek[];
+
+/* The scripts by index: wxg__guard_redis_t.sha[] holds their SHA1s once loaded. */
+enum wxg__guard_script {
+    WXG__S_CLAIM,
+    WXG__S_RENEW,
+    WXG__S_PLUGIN_DONE,
+    WXG__S_COMPLETE,
+    WXG__S_FAIL,
+    WXG__S_INSPECT,
+    WXG__S_RELEASE,
+    WXG__S_LAYOUT,
+    WXG__S_REARM,
+    WXG__S_PURGE,
+    WXG__S_PEEK,
+    WXG__S_COUNT
+};
+
+/* ---- The Redis designs' state and connection (lib/guard_conn.c) ---- */
+
+/* One Sentinel of conf.sentinels. */
+typedef struct wxg__guard_sentinel {
+    char host[256];
+    int port;
+} wxg__guard_sentinel_t;
+
+/* The state of a Redis design's handle (its wxg__guard_impl). */
+typedef struct wxg__guard_redis {
+    /* The handle this state belongs to, with its counters and error buffer (set by
+     * wxg__guard_redis_attach; NULL before). */
+    wxg_guard_t *handle;
+    wxg_guard_stats_t *stats;
+    char *last_error;
+    size_t last_error_size;
+    wxg_guard_conf_t conf; /* string members point at the copies below */
+    char *host, *unix_path, *user, *password, *prefix;
+    /* Sentinel mode (nsent > 0): the Sentinels, the one to ask first (the last that answered),
+     * and the primary's address they gave for the current connection. */
+    char *sentinel_master, *sentinel_user, *sentinel_password;
+    wxg__guard_sentinel_t sent[WXG_GUARD_SENTINELS_MAX];
+    int nsent, sent_next;
+    char cur_host[256];
+    int cur_port;
+    wxg__guard_geom_t geom;
+    char stamp[160];
+    char layout_key[WXG__KEY_MAX];
+    redisContext *ctx; /* NULL while disconnected */
+    char sha[WXG__S_COUNT][41];
+    int64_t next_connect_ms;
+    int64_t backoff_ms;
+    int64_t stamp_checked_ms;
+    uint64_t rng;
+    /* Mixed into the near cache's fingerprints: this Redis server, database and prefix. */
+    unsigned char cache_ns[WXG_DONECACHE_FP_LEN];
+} wxg__guard_redis_t;
+
+/* Allocates the state for a checked `conf` (wxg_guard_new checked it): copies the strings,
+ * derives the geometry and the layout stamp, parses the Sentinels. Does not connect.
+ * Returns 0 with *out set, or WXG_ECONFIG / WXG_ENOMEM with errstr filled. */
+int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out, char *errstr,
+                          size_t errstr_size);
+
+/* Makes the handle over `rg` with `ops` and connects it. Takes ownership of `rg`: on failure it
+ * is freed and NULL returned, with errstr and *err (may be NULL) as wxg_guard_new(). */
+wxg_guard_t *wxg__guard_redis_attach(wxg__guard_redis_t *rg, const wxg__guard_ops_t *ops, int *err,
+                                     char *errstr, size_t errstr_size);
+
+/* Closes the connection, wipes the secrets and frees the state. NULL is accepted. */
+void wxg__guard_redis_free(wxg__guard_redis_t *rg);
+
+/* Makes sure there is a live connection: replaces one the server closed, reconnects when the
+ * backoff allows (else fails fast with WXG_ECONN) and refreshes the layout stamp now and then.
+ * Returns 0 or the connection's error code, with the last error set. */
+int wxg__guard_conn_ensure(wxg__guard_redis_t *rg);
+
+/* Frees a dead connection; the next wxg__guard_conn_ensure connects again. */
+void wxg__guard_conn_drop(wxg__guard_redis_t *rg);
+
+/* The code for a dead context (WXG_ETIMEDOUT, WXG_ENOMEM or WXG_ECONN), from the errno hiredis
+ * left behind. */
+int wxg__guard_conn_code(const redisContext *c, int saved_errno);
+
+/* Sends one command on the live connection and reads its reply (*out, the caller's to free).
+ * On an I/O error the connection is dropped and the code returned, errstr naming argv[0]. */
+int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
+                            redisReply **out, char *errstr, size_t errstr_size);
+
+/* (Re)loads every script into the server's script cache. 0 or an error code with errstr. */
+int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size);
+
+/* Classifies an error reply: WXG_EAUTH for NOAUTH/WRONGPASS/NOPERM, 1 for NOSCRIPT (not an error
+ * for the caller: reload and retry), WXG_EREDIS for anything else. */
+int wxg__guard_classify_error(const char *str, size_t len);
+
+/* The code a call fails with for an error reply: WXG_EAUTH for authentication and ACL
+ * refusals, WXG_EREDIS for the rest (NOSCRIPT included). */
+int wxg__guard_refusal_code(const redisReply *r);
+
+/* Notes an error reply: READONLY (the server was demoted, or the name points elsewhere now)
+ * counts a demotion and drops the connection, so that the next call connects again. */
+void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
+
+/* ---- Pipelined script calls (lib/guard.c) ----
+ *
+ * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
+ * chunks of an API call pipelined in one round trip. */
+
+#define WXG__ITEM_ARGS 5
+
+/* One message of a batch. */
+typedef struct wxg__guard_item {
+    wxg__guard_keys_t k;
+    unsigned char fp[32]; /* SHA-256 of the idempotency key */
+    const char *arg[WXG__ITEM_ARGS];
+    size_t len[WXG__ITEM_ARGS];
+    const char *blob; /* packed batches: the message's one script argument (batch.blobs) */
+    size_t blob_len;
+    char owner[WXG_GUARD_OWNER_LEN + 1];
+    char pfx[64];   /* ownership prefix 'P|owner|fence|' of the record */
+    char tag[8];    /* payload tag */
+    char extra[12]; /* fail: attempt count */
+} wxg__guard_item_t;
+
+/* One script call of a batch. */
+typedef struct wxg__guard_chunk {
+    size_t first, count; /* a range of batch.order */
+    int argc;
+    const char **argv;
+    size_t *lens;
+    char numkeys[24];
+    redisReply *reply;
+} wxg__guard_chunk_t;
+
+typedef struct wxg__guard_batch {
+    int script;
+    int packed; /* one argument per message (item.blob) and one declared key per chunk */
+    char *blobs;
+    size_t n;
+    wxg__guard_item_t *items;
+    size_t *order;
+    size_t nchunks;
+    wxg__guard_chunk_t *chunks;
+    const char *hdr[4];
+    size_t hdrlen[4];
+    int nhdr;
+    int nargs;
+    char hdrbuf[4][24];
+} wxg__guard_batch_t;
+
+/* A batch of n messages for `script`, nargs arguments per message (0 when packed or when the
+ * script takes only the record). 0 or WXG_ENOMEM. Free with wxg__guard_batch_free. */
+int wxg__guard_batch_init(wxg__guard_batch_t *b, int script, size_t n, int nargs);
+void wxg__guard_batch_free(wxg__guard_batch_t *b);
+
+/* Appends a numeric argument sent once per script call, before the per-message ones. */
+void wxg__guard_batch_hdr_num(wxg__guard_batch_t *b, long long v);
+
+/* Computes an item's names from its key. fp: the key's fingerprint when the caller already
+ * has it, else NULL. 0, WXG_EINVAL or WXG_ENOMEM. */
+int wxg__guard_item_keys(const wxg__guard_redis_t *rg, wxg__guard_item_t *it, const char *key,
+                         size_t key_len, const unsigned char *fp);
+
+/* Splits the filled items into chunks and builds each chunk's argv. 0 or WXG_ENOMEM. */
+int wxg__guard_batch_build(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b);
+
+/* Runs a built batch: connects when needed, sends every chunk in one pipeline (plus WAIT for
+ * writes when configured), reloads the scripts and re-sends once after NOSCRIPT. per_message:
+ * each reply must be an array with one element per message. On success every chunk has a
+ * non-error reply; a failure is counted and the last error set. */
+int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writes,
+                         int per_message);
+
+/* The reply element of the j-th message of chunk c. */
+const redisReply *wxg__guard_batch_elem(const wxg__guard_batch_t *b, size_t c, size_t j);
+
+/* Parses one message's element of a claim reply into `out` (outcome, fence, attempt, finished
+ * plugins). The ticket's key and owner are not touched. Returns 0, WXG_EREDIS (malformed) or
+ * WXG_ENOMEM. */
+int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
+
+/* Parses one message's element of a renew/plugin_done/complete/fail reply into a
+ * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
+int wxg__guard_parse_result(const redisReply *r, int *result);
+
+/* ---- The admin operations and ping of both Redis designs (lib/guard.c) ----
+ *
+ * Operations tables point at these; their arguments are checked as wxg__guard_ops_t says. They
+ * read and write the Lua design's layout, whichever design the handle has. */
+
+int wxg__guard_admin_inspect(wxg_guard_t *g, const char *key, size_t key_len,
+                             const unsigned char *payload_hash, wxg_guard_record_t **out);
+int wxg__guard_admin_release(wxg_guard_t *g, const char *key, size_t key_len, int *released);
+int wxg__guard_admin_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed);
+int wxg__guard_admin_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged);
+int wxg__guard_admin_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard_scan_fn fn,
+                          void *arg);
+int wxg__guard_admin_ping(wxg_guard_t *g);
+int wxg__guard_admin_describe_layout(const wxg_guard_t *g, char *buf, size_t size);
+/* The ops->destroy of both Redis designs: frees the wxg__guard_redis_t. */
+void wxg__guard_redis_destroy(wxg_guard_t *g);
+
+/* The entries both Redis designs' operations tables share, for their initialisers. */
+#define WXG__GUARD_REDIS_OPS                                                  \
+    .inspect = wxg__guard_admin_inspect, .release = wxg__guard_admin_release, \
+    .rearm = wxg__guard_admin_rearm, .purge = wxg__guard_admin_purge,         \
+    .scan = wxg__guard_admin_scan, .ping = wxg__guard_admin_ping,             \
+    .describe_layout = wxg__guard_admin_describe_layout, .destroy = wxg__guard_redis_destroy
+
+/* ---- The designs' constructors (wxg_guard_new picks one) ---- */
+
+wxg_guard_t *wxg__guard_lua_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
+                                size_t errstr_size);
+wxg_guard_t *wxg__guard_naive_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
+                                  size_t errstr_size);
+
+#endif /* WXG_GUARD_CONN_INT_H */

@@ -1,0 +1,211 @@
+/*
+ * DESIGN: the guard's key layout -- the pure parts of the Redis designs.
+ *
+ * Purpose: everything about Redis names and the compact DONE markers that needs no Redis: the
+ * false-duplicate arithmetic, the bucket geometry derived from the configuration, the layout
+ * stamp that every guard on one prefix must agree on, and the names of one message.
+ *
+ * Keys. Every Redis name is built from the configured prefix and the SHA-256 fingerprint of the
+ * idempotency key, never from the key's bytes, so hostile keys cannot leave the prefix or make
+ * huge names. All names of one message share a hash tag {s<shard>} taken from the fingerprint:
+ * in Redis Cluster the record and every DONE bucket a script touches live in one slot. On
+ * complete a message becomes a fixed-width fingerprint field in a small hash bucket selected by
+ * time bucket + fingerprint bits; buckets expire whole after the retention (docs/guard.md §3).
+ *
+ * Threads: pure functions, any thread. Failure modes: a geometry that cannot meet the
+ * false-duplicate bound, or that would make claim probe too many buckets, is refused with
+ * WXG_ECONFIG and a reason, before anything connects.
+ */
+#include "guard_conn_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "key_int.h"
+#include "wxguard/key.h"
+
+int wxg__guard_required_bits(double n, double p)
+{
+    double pairs = n * (n - 1.0) / 2.0;
+    if (pairs <= 0)
+        return 1;
+    int b = (int)ceil(log2(pairs / p));
+    /* Guard against rounding at the boundary: the bound must hold strictly. */
+    while (pairs / ldexp(1.0, b) >= p)
+        b++;
+    return b;
+}
+
+int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
+                            size_t errstr_size)
+{
+    wxg__guard_geom_t r;
+    memset(&r, 0, sizeof r);
+    if (c->done_retention_ms <= 0) {
+        wxg__guard_errf(errstr, errstr_size, "done_retention_ms must be positive");
+        return WXG_ECONFIG;
+    }
+    if (!(c->done_expected_rate > 0) || c->done_expected_rate > 1e9) {
+        wxg__guard_errf(errstr, errstr_size, "done_expected_rate must be in (0, 1e9]");
+        return WXG_ECONFIG;
+    }
+    if (c->done_bucket_target < 1 || c->done_bucket_target > 128) {
+        wxg__guard_errf(
+            errstr, errstr_size,
+            "done_bucket_target must be 1..128 (Redis keeps hashes of up to 128 entries "
+            "compact by default)");
+        return WXG_ECONFIG;
+    }
+    if (c->shard_bits < 0 || c->shard_bits > 16) {
+        wxg__guard_errf(errstr, errstr_size, "shard_bits must be 0..16");
+        return WXG_ECONFIG;
+    }
+    r.retention_ms = c->done_retention_ms;
+    r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms
+                                        : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;
+    if (r.bucket_ms < 1)
+        r.bucket_ms = 1;
+    if (r.retention_ms / r.bucket_ms > 64) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "done_bucket_ms too small: claim checks every live time bucket, at most 65 "
+                        "(retention / width = %lld)",
+                        (long long)(r.retention_ms / r.bucket_ms));
+        return WXG_ECONFIG;
+    }
+    r.shard_bits = c->shard_bits;
+    double per_time_bucket = c->done_expected_rate * (double)r.bucket_ms / 1000.0;
+    int sel;
+    if (c->done_selector_bits > 0) {
+        sel = c->done_selector_bits;
+    } else {
+        double want = per_time_bucket / (double)c->done_bucket_target;
+        sel = want > 1.0 ? (int)ceil(log2(want)) : 0;
+    }
+    if (sel < r.shard_bits)
+        sel = r.shard_bits;
+    if (sel > WXG__SELECTOR_BITS_MAX) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "selector bits %d exceed %d: lower the rate or the width", sel,
+                        WXG__SELECTOR_BITS_MAX);
+        return WXG_ECONFIG;
+    }
+    r.selector_bits = sel;
+    r.bucket_mean = per_time_bucket / ldexp(1.0, sel);
+    double window = c->done_expected_rate * (double)(r.retention_ms + r.bucket_ms) / 1000.0;
+    r.window_markers = window > WXG__FALSE_DUP_MARKERS ? window : WXG__FALSE_DUP_MARKERS;
+    r.required_bits = wxg__guard_required_bits(r.window_markers, WXG__FALSE_DUP_P);
+    int field_bits = r.required_bits - sel;
+    int fb = (field_bits + 7) / 8;
+    if (fb < WXG__FIELD_BYTES_MIN)
+        fb = WXG__FIELD_BYTES_MIN;
+    if (fb > WXG__FIELD_BYTES_MAX) {
+        wxg__guard_errf(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", fb,
+                        WXG__FIELD_BYTES_MAX);
+        return WXG_ECONFIG;
+    }
+    r.field_bytes = fb;
+    double n = r.window_markers;
+    r.false_dup = n * (n - 1.0) / 2.0 / ldexp(1.0, sel + 8 * fb);
+    *g = r;
+    return 0;
+}
+
+int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s shard=%d sel=%d field=%d width=%lld", WXG__LAYOUT_VERSION,
+                     g->shard_bits, g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
+    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
+}
+
+int wxg__guard_fingerprint(const void *key, size_t len, unsigned char fp[32])
+{
+    /* The key module's SHA-256 reuses one fetched implementation (see wxg_sha256). */
+    return wxg_sha256(key, len, fp);
+}
+
+static uint64_t fp_bits(const unsigned char fp[32], int from, int count)
+{
+    /* Bits [from, from+count) of the fingerprint, most significant first; count <= 56. */
+    uint64_t v = 0;
+    for (int i = 0; i < count; i++) {
+        int bit = from + i;
+        v = (v << 1) | ((fp[bit / 8] >> (7 - bit % 8)) & 1u);
+    }
+    return v;
+}
+
+int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
+                          const unsigned char fp[32], wxg__guard_keys_t *out)
+{
+    /* Written byte by byte rather than with snprintf: this runs twice per message (claim and
+     * complete), and format parsing was a visible share of a worker's CPU. */
+    static const char digits[] = "0123456789abcdef";
+    out->shard = (unsigned)fp_bits(fp, 0, g->shard_bits);
+    out->sub = fp_bits(fp, g->shard_bits, g->selector_bits - g->shard_bits);
+    /* Shards in fixed-width hex, so that every record name of a geometry has one length. */
+    int w = g->shard_bits > 0 ? (g->shard_bits + 3) / 4 : 1;
+    char tag[16];
+    size_t tl = 0;
+    tag[tl++] = '{';
+    tag[tl++] = 's';
+    for (int i = w - 1; i >= 0; i--)
+        tag[tl++] = digits[(out->shard >> (4 * i)) & 15];
+    tag[tl++] = '}';
+    char sub[20];
+    size_t sl = wxg__put_dec(sub, out->sub);
+    size_t pl = strlen(prefix);
+    /* record: prefix tag ":r:" 32 hex; stem: prefix tag ":d:" sub ":" */
+    if (pl + tl + 3 + 32 >= sizeof out->record || pl + tl + 3 + sl + 1 >= sizeof out->stem)
+        return WXG_EINVAL;
+    char *p = out->record;
+    memcpy(p, prefix, pl);
+    memcpy(p + pl, tag, tl);
+    memcpy(p + pl + tl, ":r:", 3);
+    wxg__to_hex(fp, 16, p + pl + tl + 3);
+    out->record_len = pl + tl + 3 + 32;
+    p = out->stem;
+    memcpy(p, prefix, pl);
+    memcpy(p + pl, tag, tl);
+    memcpy(p + pl + tl, ":d:", 3);
+    p += pl + tl + 3;
+    memcpy(p, sub, sl);
+    p[sl] = ':';
+    p[sl + 1] = '\0';
+    out->stem_len = pl + tl + 3 + sl + 1;
+    memcpy(out->field, fp + WXG__FIELD_OFFSET, (size_t)g->field_bytes);
+    out->field_len = (size_t)g->field_bytes;
+    return 0;
+}
+
+int wxg__guard_payload_tag(const unsigned char *payload_hash)
+{
+    if (!payload_hash)
+        return 0;
+    return (int)(int16_t)(uint16_t)((payload_hash[0] << 8) | payload_hash[1]);
+}
+
+int wxg__guard_prefix_valid(const char *prefix)
+{
+    size_t n = prefix ? strlen(prefix) : 0;
+    if (n == 0 || n > WXG_GUARD_PREFIX_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = prefix[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == ':' || ch == '_' || ch == '.' || ch == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+int wxg__guard_geom_describe(const wxg__guard_geom_t *m, char *buf, size_t size)
+{
+    int n = snprintf(buf, size,
+                     "shards=%d selector_bits=%d field_bytes=%d bucket_ms=%lld retention_ms=%lld "
+                     "bucket_mean=%.1f window_markers=%.3g false_duplicate_bound=%.3g",
+                     1 << m->shard_bits, m->selector_bits, m->field_bytes, (long long)m->bucket_ms,
+                     (long long)m->retention_ms, m->bucket_mean, m->window_markers, m->false_dup);
+    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
+}
