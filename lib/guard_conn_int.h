@@ -1,7 +1,7 @@
 /*
  * What the guard's two Redis designs (lib/guard.c, lib/guard_naive.c) share: the design
  * state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c), the
- * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard.c).
+ * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard_admin.c).
  * guard_int.h says why the guard module has two internal headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
@@ -289,7 +289,7 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
  * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
 int wxg__guard_parse_result(const redisReply *r, int *result);
 
-/* ---- The admin operations and ping of both Redis designs (lib/guard.c) ----
+/* ---- The admin operations and ping of both Redis designs (lib/guard_admin.c) ----
  *
  * Operations tables point at these; their arguments are checked as wxg__guard_ops_t says. They
  * read and write the Lua design's layout, whichever design the handle has. */
