@@ -1,7 +1,7 @@
 /*
- * What the guard's two Redis designs (lib/guard.c, lib/guard_naive.c) share: the design
+ * What the guard's two Redis designs (lib/guard_lua.c, lib/guard_naive.c) share: the design
  * state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c), the
- * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard_admin.c).
+ * pipelined script-call runner (lib/guard_lua.c) and the admin operations (lib/guard_admin.c).
  * guard_int.h says why the guard module has two internal headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
@@ -207,7 +207,7 @@ int wxg__guard_refusal_code(const redisReply *r);
  * counts a demotion and drops the connection, so that the next call connects again. */
 void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
 
-/* ---- Pipelined script calls (lib/guard.c) ----
+/* ---- Pipelined script calls (lib/guard_lua.c) ----
  *
  * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
  * chunks of an API call pipelined in one round trip. */
