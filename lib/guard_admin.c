@@ -9,7 +9,8 @@
  * one-message operation is one read-only or owner-free Lua script (lib/lua/) run through the
  * Lua design's batch runner (lib/guard_lua.c), so it sees the record exactly as the transitions
  * write it. The record's format stays inside the scripts: they hand C a flat name/value list
- * (lib/lua/_record.lua's rec_fields), which parse_record_fields reads.
+ * (lib/lua/_record.lua's rec_fields, named as lib/guard_record.def names them), which
+ * parse_record_fields reads.
  *
  * Both Redis designs use these (their operations tables point here). They read the Lua
  * design's layout: in the naive design they find nothing of its keys (docs/guard.md §7).
@@ -54,15 +55,78 @@ static char *str_dup_reply(const redisReply *r)
     return s;
 }
 
+/* The names the admin scripts give the record's fields and parts (lib/guard_record.def). */
+static const char *const field_names[WXG__F_COUNT] = {
+#define WXG__REC_FIELD(name, admin) admin,
+#include "guard_record.def"
+};
+static const char *const part_names[WXG__P_COUNT] = {
+#define WXG__REC_PART(name, admin) admin,
+#include "guard_record.def"
+};
+
 static int is_name(const redisReply *k, const char *name)
 {
     size_t n = strlen(name);
-    return k->len == n && memcmp(k->str, name, n) == 0;
+    return n > 0 && k->len == n && memcmp(k->str, name, n) == 0;
 }
 
+/* The field named by `k`, or -1 when it names none. */
+static int field_of(const redisReply *k)
+{
+    for (int i = 0; i < WXG__F_COUNT; i++) {
+        if (is_name(k, field_names[i]))
+            return i;
+    }
+    return -1;
+}
+
+/* A finished plugin's field: the PLUGINS part's name followed by the plugin's name. */
 static int is_plugin_field(const redisReply *k)
 {
-    return k->len > 2 && memcmp(k->str, "p:", 2) == 0;
+    size_t n = strlen(part_names[WXG__P_PLUGINS]);
+    return k->len > n && memcmp(k->str, part_names[WXG__P_PLUGINS], n) == 0;
+}
+
+/* Fills the record member of field `i` from `v` (i < 0: not a field). */
+static void record_number(wxg_guard_record_t *rec, int i, const redisReply *v, int64_t now,
+                          char *st)
+{
+    switch (i) {
+    case WXG__F_ST:
+        if (v->len == 1)
+            *st = v->str[0];
+        break;
+    case WXG__F_OWNER:
+        if (v->len == WXG_GUARD_OWNER_LEN) {
+            memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
+            rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
+        }
+        break;
+    case WXG__F_FENCE:
+        rec->fence = (uint64_t)str_ll(v);
+        break;
+    case WXG__F_ATTEMPT:
+        rec->attempt = (uint32_t)str_ll(v);
+        break;
+    case WXG__F_LEASE:
+        rec->lease_ms_left = str_ll(v) - now;
+        break;
+    case WXG__F_CLAIMED:
+        rec->claimed_at_ms = str_ll(v);
+        break;
+    case WXG__F_FAILS:
+        rec->fail_attempts = (uint32_t)str_ll(v);
+        break;
+    case WXG__F_FAILED:
+        rec->failed_at_ms = str_ll(v);
+        break;
+    case WXG__F_REARMED:
+        rec->rearmed_at_ms = str_ll(v);
+        break;
+    default:
+        break; /* the payload tag, or a name a newer layout added */
+    }
 }
 
 /* Fills the record member named by `k` from `v`; names it does not know are skipped (a newer
@@ -70,39 +134,22 @@ static int is_plugin_field(const redisReply *k)
 static int record_field(wxg_guard_record_t *rec, const redisReply *k, const redisReply *v,
                         int64_t now, char *st)
 {
-    if (is_name(k, "st") && v->len == 1) {
-        *st = v->str[0];
-    } else if (is_name(k, "owner") && v->len == WXG_GUARD_OWNER_LEN) {
-        memcpy(rec->owner, v->str, WXG_GUARD_OWNER_LEN);
-        rec->owner[WXG_GUARD_OWNER_LEN] = '\0';
-    } else if (is_name(k, "fence")) {
-        rec->fence = (uint64_t)str_ll(v);
-    } else if (is_name(k, "attempt")) {
-        rec->attempt = (uint32_t)str_ll(v);
-    } else if (is_name(k, "lease")) {
-        rec->lease_ms_left = str_ll(v) - now;
-    } else if (is_name(k, "claimed")) {
-        rec->claimed_at_ms = str_ll(v);
-    } else if (is_name(k, "fails")) {
-        rec->fail_attempts = (uint32_t)str_ll(v);
-    } else if (is_name(k, "k")) {
+    if (is_name(k, part_names[WXG__P_KEY])) {
         rec->msg_key = str_dup_reply(v);
         if (!rec->msg_key)
             return WXG_ENOMEM;
         rec->msg_key_len = v->len;
-    } else if (is_name(k, "failed")) {
-        rec->failed_at_ms = str_ll(v);
-    } else if (is_name(k, "rearmed")) {
-        rec->rearmed_at_ms = str_ll(v);
-    } else if (is_name(k, "reason")) {
+    } else if (is_name(k, part_names[WXG__P_REASON])) {
         rec->fail_reason = str_dup_reply(v);
         if (!rec->fail_reason)
             return WXG_ENOMEM;
+    } else {
+        record_number(rec, field_of(k), v, now, st);
     }
     return 0;
 }
 
-/* Copies the 'p:<name>' fields of `f` (np of them, pbytes of names and results with their NULs)
+/* Copies the plugin fields of `f` (np of them, pbytes of names and results with their NULs)
  * into rec->finished, one allocation. 0 or WXG_ENOMEM. */
 static int record_plugins(wxg_guard_record_t *rec, const redisReply *f, size_t np, size_t pbytes)
 {
@@ -115,10 +162,11 @@ static int record_plugins(wxg_guard_record_t *rec, const redisReply *f, size_t n
         if (!is_plugin_field(k))
             continue;
         wxg_guard_plugin_result_t *pr = &rec->finished[rec->n_finished++];
-        memcpy(p, k->str + 2, k->len - 2);
-        p[k->len - 2] = '\0';
+        size_t skip = strlen(part_names[WXG__P_PLUGINS]);
+        memcpy(p, k->str + skip, k->len - skip);
+        p[k->len - skip] = '\0';
         pr->name = p;
-        p += k->len - 1;
+        p += k->len - skip + 1;
         memcpy(p, v->str, v->len);
         p[v->len] = '\0';
         pr->result = (const unsigned char *)p;
@@ -142,7 +190,7 @@ static int parse_record_fields(wxg_guard_record_t *rec, const redisReply *f, int
             return WXG_EREDIS;
         if (is_plugin_field(k)) {
             np++;
-            pbytes += k->len - 2 + 1 + v->len + 1;
+            pbytes += k->len - strlen(part_names[WXG__P_PLUGINS]) + 1 + v->len + 1;
             continue;
         }
         int rc = record_field(rec, k, v, now, st);

@@ -31,7 +31,7 @@
 #define WXG__FIELD_BYTES_MAX   16
 #define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
 /* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
- * in-flight record is one string (lib/lua/_record.lua) instead of a hash. v3: that string also
+ * in-flight record is one string (lib/guard_record.def) instead of a hash. v3: that string also
  * carries the idempotency key and the rearm time (for the admin tool). */
 #define WXG__LAYOUT_VERSION "v3"
 /* Default time-bucket width = retention / this: claim probes this + 1 buckets, and a marker lives
@@ -92,6 +92,37 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
 
 /* 1 when `prefix` is usable ([A-Za-z0-9:_.-], 1..WXG_GUARD_PREFIX_MAX bytes), else 0. */
 int wxg__guard_prefix_valid(const char *prefix);
+
+/* ---- The in-flight record (lib/guard_record.def, shared with the Lua scripts) ---- */
+
+/* The record's '|'-separated fields, 0-based (Lua's F_* are these + 1). */
+enum wxg__guard_rec_field {
+#define WXG__REC_FIELD(name, admin) WXG__F_##name,
+#include "guard_record.def"
+    WXG__F_COUNT
+};
+
+/* The variable parts after the fields (reason, key, plugins). */
+enum wxg__guard_rec_part {
+#define WXG__REC_PART(name, admin) WXG__P_##name,
+#include "guard_record.def"
+    WXG__P_COUNT
+};
+
+/* The length bytes at the start of a packed claim or complete argument, 0-based (Lua's L_* are
+ * these + 1). A claim's argument has WXG__L_COUNT of them, a complete's the first three. */
+enum wxg__guard_arg_len {
+#define WXG__ARG_LEN(name) WXG__L_##name,
+#include "guard_record.def"
+    WXG__L_COUNT
+};
+
+/* The numbers both sides use, as WXG__REC_<name>. */
+enum wxg__guard_rec_const {
+#define WXG__REC_CONST(name, value) WXG__REC_##name = value,
+#include "guard_record.def"
+    WXG__REC_CONST_END
+};
 
 /* ---- The Lua scripts (lib/lua/, compiled in by lib/lua/embed.cmake) ---- */
 

@@ -9,7 +9,7 @@
  *
  * A message in flight (PROCESSING or FAILED) has one string record (state, owner, fence,
  * payload tag, attempt, absolute expiry, lease, idempotency key, finished plugins;
- * lib/lua/_record.lua), so that the common transitions are single SET / GETDEL calls. On
+ * lib/guard_record.def), so that the common transitions are single SET / GETDEL calls. On
  * complete the record is taken out and the message becomes a compact DONE marker
  * (lib/guard_layout.c). Redis CPU per message is counted in redis.call()s and in the Lua
  * strings a script makes, so the layout needs few calls and claim and complete send one packed
@@ -443,19 +443,33 @@ static int batch_results(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int *res
 }
 
 /* Packed arguments: lengths first (one byte each, so names stay below 256 bytes: the prefix is
- * at most WXG_GUARD_PREFIX_MAX), then the names a script needs for every message. */
+ * at most WXG_GUARD_PREFIX_MAX), then the names a script needs for every message. The length
+ * bytes are lib/guard_record.def's WXG__ARG_LEN: a claim has all of them, a complete the first
+ * three. */
 #define BLOB_NAMES_MAX    (3 * WXG__KEY_MAX + WXG__FIELD_BYTES_MAX)
-#define CLAIM_BLOB_FIXED  (4 + BLOB_NAMES_MAX + 5 + WXG_GUARD_OWNER_LEN + 8 + 24)
-#define COMPLETE_BLOB_MAX (3 + BLOB_NAMES_MAX + 64)
+#define CLAIM_BLOB_FIXED  (WXG__L_COUNT + BLOB_NAMES_MAX + 5 + WXG_GUARD_OWNER_LEN + 8 + 24)
+#define COMPLETE_BLOB_LEN (WXG__L_FIELD + 1)
+#define COMPLETE_BLOB_MAX (COMPLETE_BLOB_LEN + BLOB_NAMES_MAX + 64)
 _Static_assert(WXG__KEY_MAX < 256 && WXG__FIELD_BYTES_MAX < 256, "lengths travel as one byte");
+/* The scripts read the length bytes with one string.byte call each, in this order. */
+_Static_assert(WXG__L_STEM == 0 && WXG__L_RECORD == 1 && WXG__L_FIELD == 2 && WXG__L_TAG == 3 &&
+                   WXG__L_COUNT == 4,
+               "claim.lua and complete.lua read stem, record, field, tag lengths in this order");
+/* What the client writes of a record (ticket_items, claim_pack) relies on the field order. */
+_Static_assert(WXG__F_ST == 0 && WXG__F_OWNER == 1 && WXG__F_FENCE == 2,
+               "the ownership prefix 'P|owner|fence|' is the record's first three fields");
+_Static_assert(WXG__F_TAG == 3, "a new record's head 'P|owner|1|tag' is its first four fields");
+_Static_assert(WXG__F_KLEN == WXG__F_COUNT - 1,
+               "the client's 'klen|key' closes a new record's fields");
+_Static_assert(WXG__REC_OWNER_LEN == WXG_GUARD_OWNER_LEN, "the scripts' OWNER_LEN");
 
-/* Writes the length bytes of stem, record and field at out[0..2] (out[3..nlen-1] are the
- * caller's), then the three names after the nlen length bytes; returns the end. */
+/* Writes the length bytes of stem, record and field (the caller writes the others), then the
+ * three names after the nlen length bytes; returns the end. */
 static char *blob_names(char *out, const wxg__guard_keys_t *k, int nlen)
 {
-    out[0] = (char)k->stem_len;
-    out[1] = (char)k->record_len;
-    out[2] = (char)k->field_len;
+    out[WXG__L_STEM] = (char)k->stem_len;
+    out[WXG__L_RECORD] = (char)k->record_len;
+    out[WXG__L_FIELD] = (char)k->field_len;
     char *p = out + nlen;
     memcpy(p, k->stem, k->stem_len);
     p += k->stem_len;
@@ -474,8 +488,8 @@ static int ticket_items(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i,
                                   t->fingerprint_set ? t->fingerprint : NULL);
     if (rc)
         return rc;
-    /* The scripts compare this with the start of the record (lib/lua/_record.lua): state,
-     * owner and fence in one string comparison. Written by hand, as the names are. */
+    /* The scripts compare this with the start of the record: its fields ST, OWNER and FENCE
+     * (lib/guard_record.def) in one string comparison. Written by hand, as the names are. */
     char fence[20];
     size_t fl = wxg__put_dec(fence, t->fence);
     size_t n = 2 + WXG_GUARD_OWNER_LEN + 1 + fl + 1;
@@ -644,10 +658,11 @@ static void near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, s
  * Transitions
  */
 
-/* Packs each message's one claim argument into b->blobs (lib/lua/claim.lua): four length bytes,
+/* Packs each message's one claim argument into b->blobs (lib/lua/claim.lua): the length bytes,
  * then the bucket stem, the record name, the marker field, the head of a new record
- * 'P|owner|1|tag', and the idempotency key as 'klen|key', which the script copies into a new
- * record unchanged. Owners are fresh random tokens. */
+ * 'P|owner|1|tag' (its fields ST .. TAG, lib/guard_record.def), and the idempotency key as
+ * 'klen|key' (KLEN and the key), which the script copies into a new record unchanged. Owners
+ * are fresh random tokens. */
 static int claim_pack(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const wxg_guard_msg_t *msgs,
                       const unsigned char (*fps)[32])
 {
@@ -674,8 +689,8 @@ static int claim_pack(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const wxg_g
         wxg__to_hex(rnd + 16 * i, 16, it->owner);
         int tl =
             snprintf(it->tag, sizeof it->tag, "%d", wxg__guard_payload_tag(msgs[i].payload_hash));
-        char *p = blob_names(kp, &it->k, 4);
-        kp[3] = (char)tl;
+        char *p = blob_names(kp, &it->k, WXG__L_COUNT);
+        kp[WXG__L_TAG] = (char)tl;
         memcpy(p, "P|", 2);
         memcpy(p + 2, it->owner, WXG_GUARD_OWNER_LEN);
         memcpy(p + 2 + WXG_GUARD_OWNER_LEN, "|1|", 3);
@@ -808,7 +823,7 @@ static int complete_redis(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, s
         if (fps)
             memcpy(fps[i], it->fp, sizeof fps[i]);
         char *kp = b.blobs + i * COMPLETE_BLOB_MAX;
-        char *p = blob_names(kp, &it->k, 3);
+        char *p = blob_names(kp, &it->k, COMPLETE_BLOB_LEN);
         memcpy(p, it->arg[0], it->len[0]);
         it->blob = kp;
         it->blob_len = (size_t)(p - kp) + it->len[0];
