@@ -50,6 +50,45 @@ static int reply_int(const redisReply *r, long long *v)
     return 0;
 }
 
+/* Copies a claim reply's finished plugins {name, result, ...} into one allocation (the result
+ * array, then each name and result NUL-terminated); *out is NULL when there are none.
+ * Returns 0, WXG_EREDIS or WXG_ENOMEM. */
+static int parse_finished(const redisReply *d, wxg_guard_plugin_result_t **out, size_t *n)
+{
+    if (!d || d->type != REDIS_REPLY_ARRAY || d->elements % 2 != 0)
+        return WXG_EREDIS;
+    size_t np = d->elements / 2, bytes = np * sizeof(wxg_guard_plugin_result_t);
+    for (size_t i = 0; i < d->elements; i++) {
+        if (!d->element[i] || d->element[i]->type != REDIS_REPLY_STRING)
+            return WXG_EREDIS;
+        bytes += d->element[i]->len + 1;
+    }
+    if (np == 0) {
+        *out = NULL;
+        *n = 0;
+        return 0;
+    }
+    wxg_guard_plugin_result_t *pr = malloc(bytes);
+    if (!pr)
+        return WXG_ENOMEM;
+    char *p = (char *)(pr + np);
+    for (size_t i = 0; i < np; i++) {
+        const redisReply *nm = d->element[2 * i], *rs = d->element[2 * i + 1];
+        memcpy(p, nm->str, nm->len);
+        p[nm->len] = '\0';
+        pr[i].name = p;
+        p += nm->len + 1;
+        memcpy(p, rs->str, rs->len);
+        p[rs->len] = '\0';
+        pr[i].result = (const unsigned char *)p;
+        pr[i].result_len = rs->len;
+        p += rs->len + 1;
+    }
+    *out = pr;
+    *n = np;
+    return 0;
+}
+
 int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out)
 {
     long long code, a, b;
@@ -78,39 +117,12 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out)
         if (r->elements != 4 || reply_int(r->element[1], &a) || reply_int(r->element[2], &b) ||
             a < 1 || b < 1 || b > UINT32_MAX)
             return WXG_EREDIS;
-        const redisReply *d = r->element[3];
-        if (!d || d->type != REDIS_REPLY_ARRAY || d->elements % 2 != 0)
-            return WXG_EREDIS;
-        size_t np = d->elements / 2, bytes = np * sizeof(wxg_guard_plugin_result_t);
-        for (size_t i = 0; i < d->elements; i++) {
-            if (!d->element[i] || d->element[i]->type != REDIS_REPLY_STRING)
-                return WXG_EREDIS;
-            bytes += d->element[i]->len + 1;
-        }
-        wxg_guard_plugin_result_t *pr = NULL;
-        if (np > 0) {
-            pr = malloc(bytes);
-            if (!pr)
-                return WXG_ENOMEM;
-            char *p = (char *)(pr + np);
-            for (size_t i = 0; i < np; i++) {
-                const redisReply *nm = d->element[2 * i], *rs = d->element[2 * i + 1];
-                memcpy(p, nm->str, nm->len);
-                p[nm->len] = '\0';
-                pr[i].name = p;
-                p += nm->len + 1;
-                memcpy(p, rs->str, rs->len);
-                p[rs->len] = '\0';
-                pr[i].result = (const unsigned char *)p;
-                pr[i].result_len = rs->len;
-                p += rs->len + 1;
-            }
-        }
+        int rc = parse_finished(r->element[3], &out->finished, &out->n_finished);
+        if (rc)
+            return rc;
         out->outcome = WXG_GUARD_CLAIMED;
         out->ticket.fence = (uint64_t)a;
         out->attempt = (uint32_t)b;
-        out->finished = pr;
-        out->n_finished = np;
         return 0;
     }
     case 2:
@@ -233,6 +245,53 @@ static int order_by_shard(wxg__guard_batch_t *b)
 }
 
 /* Splits the items into chunks and builds each chunk's argv. */
+/* Fills chunk c's EVALSHA argv: the sha slot, the declared keys, the header arguments, then
+ * each message's arguments. */
+static int chunk_argv(const wxg__guard_batch_t *b, wxg__guard_chunk_t *c)
+{
+    /* A packed chunk declares only its first record: every key a script touches is in that
+     * record's slot (one shard per chunk in cluster mode), and each argument Redis converts
+     * for a script costs about as much CPU as a command, so one argument per message halves
+     * what a claim or a complete costs Redis outside its commands. */
+    int nkeys = b->packed ? 1 : (int)c->count;
+    int per = b->packed ? 1 : b->nargs;
+    c->argc = 3 + nkeys + b->nhdr + (int)c->count * per;
+    c->argv = calloc((size_t)c->argc, sizeof *c->argv);
+    c->lens = calloc((size_t)c->argc, sizeof *c->lens);
+    if (!c->argv || !c->lens)
+        return WXG_ENOMEM;
+    snprintf(c->numkeys, sizeof c->numkeys, "%d", nkeys);
+    int a = 0;
+    c->argv[a] = "EVALSHA";
+    c->lens[a++] = 7;
+    c->argv[a] = NULL; /* the sha, filled when sending (it changes after a reload) */
+    c->lens[a++] = 40;
+    c->argv[a] = c->numkeys;
+    c->lens[a++] = strlen(c->numkeys);
+    for (size_t j = 0; j < (size_t)nkeys; j++) {
+        const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
+        c->argv[a] = it->k.record;
+        c->lens[a++] = it->k.record_len;
+    }
+    for (int h = 0; h < b->nhdr; h++) {
+        c->argv[a] = b->hdr[h];
+        c->lens[a++] = b->hdrlen[h];
+    }
+    for (size_t j = 0; j < c->count; j++) {
+        const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
+        if (b->packed) {
+            c->argv[a] = it->blob;
+            c->lens[a++] = it->blob_len;
+            continue;
+        }
+        for (int x = 0; x < b->nargs; x++) {
+            c->argv[a] = it->arg[x];
+            c->lens[a++] = it->len[x];
+        }
+    }
+    return 0;
+}
+
 int wxg__guard_batch_build(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
 {
     for (size_t i = 0; i < b->n; i++)
@@ -256,46 +315,9 @@ int wxg__guard_batch_build(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
                (!rg->conf.cluster || b->items[b->order[i + c->count]].k.shard == shard))
             c->count++;
         i += c->count;
-        /* A packed chunk declares only its first record: every key a script touches is in that
-         * record's slot (one shard per chunk in cluster mode), and each argument Redis converts
-         * for a script costs about as much CPU as a command, so one argument per message halves
-         * what a claim or a complete costs Redis outside its commands. */
-        int nkeys = b->packed ? 1 : (int)c->count;
-        int per = b->packed ? 1 : b->nargs;
-        c->argc = 3 + nkeys + b->nhdr + (int)c->count * per;
-        c->argv = calloc((size_t)c->argc, sizeof *c->argv);
-        c->lens = calloc((size_t)c->argc, sizeof *c->lens);
-        if (!c->argv || !c->lens)
-            return WXG_ENOMEM;
-        snprintf(c->numkeys, sizeof c->numkeys, "%d", nkeys);
-        int a = 0;
-        c->argv[a] = "EVALSHA";
-        c->lens[a++] = 7;
-        c->argv[a] = NULL; /* the sha, filled when sending (it changes after a reload) */
-        c->lens[a++] = 40;
-        c->argv[a] = c->numkeys;
-        c->lens[a++] = strlen(c->numkeys);
-        for (size_t j = 0; j < (size_t)nkeys; j++) {
-            const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
-            c->argv[a] = it->k.record;
-            c->lens[a++] = it->k.record_len;
-        }
-        for (int h = 0; h < b->nhdr; h++) {
-            c->argv[a] = b->hdr[h];
-            c->lens[a++] = b->hdrlen[h];
-        }
-        for (size_t j = 0; j < c->count; j++) {
-            const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
-            if (b->packed) {
-                c->argv[a] = it->blob;
-                c->lens[a++] = it->blob_len;
-                continue;
-            }
-            for (int x = 0; x < b->nargs; x++) {
-                c->argv[a] = it->arg[x];
-                c->lens[a++] = it->len[x];
-            }
-        }
+        int rc = chunk_argv(b, c);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -360,6 +382,43 @@ static int is_noscript(const redisReply *r)
 /* Runs a built batch (per_message: each reply must be an array with one element per message):
  * at most two rounds (the second only for chunks refused with NOSCRIPT after
  * reloading the scripts). On success every chunk has a non-error reply. */
+/* Frees the replies refused with NOSCRIPT (so that the next round re-sends those chunks);
+ * returns whether there were any. */
+static int drop_noscript(wxg__guard_batch_t *b)
+{
+    int noscript = 0;
+    for (size_t i = 0; i < b->nchunks; i++) {
+        wxg__guard_chunk_t *c = &b->chunks[i];
+        if (is_noscript(c->reply)) {
+            freeReplyObject(c->reply);
+            c->reply = NULL;
+            noscript = 1;
+        }
+    }
+    return noscript;
+}
+
+/* Checks the final replies: an error reply fails the call with its code (and a READONLY one
+ * drops the connection); per_message replies must have one element per message. */
+static int check_replies(wxg__guard_redis_t *rg, const wxg__guard_batch_t *b, int per_message)
+{
+    for (size_t i = 0; i < b->nchunks; i++) {
+        const redisReply *r = b->chunks[i].reply;
+        if (r->type == REDIS_REPLY_ERROR) {
+            wxg__guard_set_error(rg->handle, "Redis refused the script: %.*s",
+                                 (int)(r->len > 200 ? 200 : r->len), r->str);
+            int rc = wxg__guard_refusal_code(r);
+            wxg__guard_conn_note_refusal(rg, r);
+            return rc;
+        }
+        if (per_message && (r->type != REDIS_REPLY_ARRAY || r->elements != b->chunks[i].count)) {
+            wxg__guard_set_error(rg->handle, "unexpected script reply shape");
+            return WXG_EREDIS;
+        }
+    }
+    return 0;
+}
+
 int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writes, int per_message)
 {
     int rc = wxg__guard_conn_ensure(rg);
@@ -377,16 +436,7 @@ int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writ
                                  acks, rg->conf.wait_replicas, rg->conf.wait_timeout_ms);
             goto out;
         }
-        int noscript = 0;
-        for (size_t i = 0; i < b->nchunks; i++) {
-            wxg__guard_chunk_t *c = &b->chunks[i];
-            if (is_noscript(c->reply)) {
-                freeReplyObject(c->reply);
-                c->reply = NULL;
-                noscript = 1;
-            }
-        }
-        if (!noscript)
+        if (!drop_noscript(b))
             break;
         if (round == 1) {
             rc = WXG_EREDIS;
@@ -398,21 +448,7 @@ int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writ
         if (rc)
             goto out;
     }
-    for (size_t i = 0; i < b->nchunks; i++) {
-        const redisReply *r = b->chunks[i].reply;
-        if (r->type == REDIS_REPLY_ERROR) {
-            rc = wxg__guard_refusal_code(r);
-            wxg__guard_set_error(rg->handle, "Redis refused the script: %.*s",
-                                 (int)(r->len > 200 ? 200 : r->len), r->str);
-            wxg__guard_conn_note_refusal(rg, r);
-            goto out;
-        }
-        if (per_message && (r->type != REDIS_REPLY_ARRAY || r->elements != b->chunks[i].count)) {
-            rc = WXG_EREDIS;
-            wxg__guard_set_error(rg->handle, "unexpected script reply shape");
-            goto out;
-        }
-    }
+    rc = check_replies(rg, b, per_message);
 out:
     if (rc)
         wxg__guard_count_error(rg->stats, rc);
