@@ -13,7 +13,7 @@
  * parse_record_fields reads.
  *
  * Both Redis designs use these (their operations tables point here). They read the Lua
- * design's layout: in the naive design they find nothing of its keys (docs/guard.md §7).
+ * design's layout: in the naive design they find nothing of its keys (docs/guard.md §8).
  *
  * Threads: the handle's thread only; no locks. Failure modes: those of the connection
  * (lib/guard_conn.c) and of the batch runner; an answer of the wrong shape is WXG_EREDIS with
