@@ -247,7 +247,43 @@ static int primary_addr(const redisReply *r, char *host, size_t size, int *port)
     return 1;
 }
 
-/* Asks Sentinel `i` for the primary's address and keeps it in cur_host/cur_port. */
+/* Asks the Sentinel on `c` (a, for the error texts) for the primary's address and keeps it in
+ * cur_host/cur_port. */
+static int sentinel_query(wxg__guard_redis_t *rg, redisContext *c, const wxg__guard_sentinel_t *a,
+                          char *errstr, size_t errstr_size)
+{
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", rg->sentinel_master};
+    size_t lens[3] = {8, 23, strlen(rg->sentinel_master)};
+    errno = 0;
+    redisReply *r = redisCommandArgv(c, 3, argv, lens);
+    if (!r) {
+        /* errno is read before wxg__guard_errf() can change it. */
+        int rc = wxg__guard_conn_code(c, errno);
+        wxg__guard_errf(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port,
+                        c->errstr);
+        return rc;
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_NIL) {
+        rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
+        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host,
+                        a->port, rg->sentinel_master);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_refusal_code(r);
+        wxg__guard_errf(errstr, errstr_size,
+                        "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host,
+                        a->port, (int)(r->len > 160 ? 160 : r->len), r->str);
+    } else if (!primary_addr(r, rg->cur_host, sizeof rg->cur_host, &rg->cur_port)) {
+        rc = WXG_EREDIS;
+        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address",
+                        a->host, a->port);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Connects to Sentinel `i` (with AUTH when configured) and asks it for the primary's address,
+ * kept in cur_host/cur_port. */
 static int sentinel_ask(wxg__guard_redis_t *rg, int i, char *errstr, size_t errstr_size)
 {
     const wxg__guard_sentinel_t *a = &rg->sent[i];
@@ -276,31 +312,7 @@ static int sentinel_ask(wxg__guard_redis_t *rg, int i, char *errstr, size_t errs
         if (rc)
             goto out;
     }
-    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", rg->sentinel_master};
-    size_t lens[3] = {8, 23, strlen(rg->sentinel_master)};
-    errno = 0;
-    redisReply *r = redisCommandArgv(c, 3, argv, lens);
-    if (!r) {
-        rc = wxg__guard_conn_code(c, errno); /* read before wxg__guard_errf() can change errno */
-        wxg__guard_errf(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port,
-                        c->errstr);
-        goto out;
-    }
-    if (r->type == REDIS_REPLY_NIL) {
-        rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
-        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host,
-                        a->port, rg->sentinel_master);
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        rc = wxg__guard_refusal_code(r);
-        wxg__guard_errf(errstr, errstr_size,
-                        "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host,
-                        a->port, (int)(r->len > 160 ? 160 : r->len), r->str);
-    } else if (!primary_addr(r, rg->cur_host, sizeof rg->cur_host, &rg->cur_port)) {
-        rc = WXG_EREDIS;
-        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address",
-                        a->host, a->port);
-    }
-    freeReplyObject(r);
+    rc = sentinel_query(rg, c, a, errstr, errstr_size);
 out:
     redisFree(c);
     return rc;

@@ -1,7 +1,7 @@
 /*
- * What the guard's two Redis designs (lib/guard.c, lib/guard_naive.c) share: the design
+ * What the guard's two Redis designs (lib/guard_lua.c, lib/guard_naive.c) share: the design
  * state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c), the
- * pipelined script-call runner (lib/guard.c) and the admin operations (lib/guard.c).
+ * pipelined script-call runner (lib/guard_lua.c) and the admin operations (lib/guard_admin.c).
  * guard_int.h says why the guard module has two internal headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
@@ -31,7 +31,7 @@
 #define WXG__FIELD_BYTES_MAX   16
 #define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
 /* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
- * in-flight record is one string (lib/lua/_record.lua) instead of a hash. v3: that string also
+ * in-flight record is one string (lib/guard_record.def) instead of a hash. v3: that string also
  * carries the idempotency key and the rearm time (for the admin tool). */
 #define WXG__LAYOUT_VERSION "v3"
 /* Default time-bucket width = retention / this: claim probes this + 1 buckets, and a marker lives
@@ -92,6 +92,37 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
 
 /* 1 when `prefix` is usable ([A-Za-z0-9:_.-], 1..WXG_GUARD_PREFIX_MAX bytes), else 0. */
 int wxg__guard_prefix_valid(const char *prefix);
+
+/* ---- The in-flight record (lib/guard_record.def, shared with the Lua scripts) ---- */
+
+/* The record's '|'-separated fields, 0-based (Lua's F_* are these + 1). */
+enum wxg__guard_rec_field {
+#define WXG__REC_FIELD(name, admin) WXG__F_##name,
+#include "guard_record.def"
+    WXG__F_COUNT
+};
+
+/* The variable parts after the fields (reason, key, plugins). */
+enum wxg__guard_rec_part {
+#define WXG__REC_PART(name, admin) WXG__P_##name,
+#include "guard_record.def"
+    WXG__P_COUNT
+};
+
+/* The length bytes at the start of a packed claim or complete argument, 0-based (Lua's L_* are
+ * these + 1). A claim's argument has WXG__L_COUNT of them, a complete's the first three. */
+enum wxg__guard_arg_len {
+#define WXG__ARG_LEN(name) WXG__L_##name,
+#include "guard_record.def"
+    WXG__L_COUNT
+};
+
+/* The numbers both sides use, as WXG__REC_<name>. */
+enum wxg__guard_rec_const {
+#define WXG__REC_CONST(name, value) WXG__REC_##name = value,
+#include "guard_record.def"
+    WXG__REC_CONST_END
+};
 
 /* ---- The Lua scripts (lib/lua/, compiled in by lib/lua/embed.cmake) ---- */
 
@@ -207,7 +238,7 @@ int wxg__guard_refusal_code(const redisReply *r);
  * counts a demotion and drops the connection, so that the next call connects again. */
 void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
 
-/* ---- Pipelined script calls (lib/guard.c) ----
+/* ---- Pipelined script calls (lib/guard_lua.c) ----
  *
  * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
  * chunks of an API call pipelined in one round trip. */
@@ -289,7 +320,7 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
  * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
 int wxg__guard_parse_result(const redisReply *r, int *result);
 
-/* ---- The admin operations and ping of both Redis designs (lib/guard.c) ----
+/* ---- The admin operations and ping of both Redis designs (lib/guard_admin.c) ----
  *
  * Operations tables point at these; their arguments are checked as wxg__guard_ops_t says. They
  * read and write the Lua design's layout, whichever design the handle has. */

@@ -10,9 +10,11 @@
  *   lib/guard_layout.c    pure parts: key names, fingerprint and bucket geometry
  *   lib/guard_conn.c      the Redis connection of both Redis designs: connect, AUTH, SELECT,
  *                         Sentinel, reconnect with backoff, script loading, layout stamp
+ *   lib/guard_lua.c       the Lua design (the real one): batches of script calls, claim, renew,
+ *                         plugin_done, complete, fail, and the near cache
+ *   lib/guard_admin.c     inspect, release, rearm, purge, scan and ping over Redis
  *   lib/guard_naive.c     the benchmark's naive design (conf.naive)
- *
- * Not split out of lib/guard.c yet: lib/guard_lua.c, lib/guard_admin.c, lib/guard_watchdog.c.
+ *   lib/guard_watchdog.c  the renewal watchdog, over any handle
  *
  * Two internal headers: this one (the design interface, which a design outside lib/ such as the
  * unit tests' in-memory fake, tests/support/fakeguard.c, implements), and guard_conn_int.h

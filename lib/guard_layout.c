@@ -37,11 +37,9 @@ int wxg__guard_required_bits(double n, double p)
     return b;
 }
 
-int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
-                            size_t errstr_size)
+/* The configuration checks that need no derived figure; 0 or WXG_ECONFIG with errstr. */
+static int geom_check(const wxg_guard_conf_t *c, char *errstr, size_t errstr_size)
 {
-    wxg__guard_geom_t r;
-    memset(&r, 0, sizeof r);
     if (c->done_retention_ms <= 0) {
         wxg__guard_errf(errstr, errstr_size, "done_retention_ms must be positive");
         return WXG_ECONFIG;
@@ -61,6 +59,17 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
         wxg__guard_errf(errstr, errstr_size, "shard_bits must be 0..16");
         return WXG_ECONFIG;
     }
+    return 0;
+}
+
+int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
+                            size_t errstr_size)
+{
+    wxg__guard_geom_t r;
+    memset(&r, 0, sizeof r);
+    int rc = geom_check(c, errstr, errstr_size);
+    if (rc)
+        return rc;
     r.retention_ms = c->done_retention_ms;
     r.bucket_ms = c->done_bucket_ms > 0 ? c->done_bucket_ms
                                         : c->done_retention_ms / WXG__BUCKETS_PER_RETENTION;

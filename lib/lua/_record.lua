@@ -1,32 +1,16 @@
--- Shared by every script: lib/lua/embed.cmake puts this file in front of each of them.
+-- Shared by every script: lib/lua/embed.cmake puts this file in front of each of them, after
+-- the record's constants generated from lib/guard_record.def (F_* field positions, N_* admin
+-- names, L_* argument length bytes, OWNER_LEN).
 --
 -- The in-flight record of a message (PROCESSING or FAILED) is ONE string, so that a claim, a
--- complete or a renewal is one plain SET / GETDEL instead of several hash commands:
---
---   st|owner|fence|tag|attempt|exp|lease|claimed|fails|failed|rlen|rearmed|klen|<reason><key><plugins>
---
--- st       'P' (PROCESSING) or 'F' (FAILED)
--- owner    the claim's owner token (32 hex digits), '' when FAILED
--- fence    fencing token; tag: payload tag; attempt: claims so far
--- exp      the key's absolute expiry (server ms): every write sets the key with PXAT exp, so a
---          value taken out with GETDEL can be put back with exactly the TTL it had
--- lease    lease end (server ms), 0 when FAILED; claimed: time of the last claim
--- fails    the caller's attempt count at the last fail; failed: time of the last fail/release
--- rlen     length of the failure reason that follows (any bytes)
--- rearmed  time of the last rearm (admin redrive), 0 when never
--- klen     length of the idempotency key that follows the reason (any bytes): the admin tool
---          names and selects records by it. Only the claim that creates a record writes it (the
---          client sends 'klen|key' ready-made, so the hot path formats nothing); every later
---          write carries it over unchanged.
--- plugins  finished plugins, each as name|len|<len bytes of result>
---
--- Owner and fence come first, so a transition checks ownership by comparing one prefix
--- 'P|owner|fence|' that the client sends ready-made. Numbers here stay below 2^53 (ms clocks,
--- counters), so Lua's number formatting writes them exactly.
+-- complete or a renewal is one plain SET / GETDEL instead of several hash commands. Its fields,
+-- their order and their meaning are defined in lib/guard_record.def; scripts name them F_ST,
+-- F_OWNER, ... and never by number. rec_split gives the fields as f[F_*] plus f.reason, f.key
+-- and f.plugins; rec_join writes them back.
 local function rec_split(v)
   local f = {}
   local pos = 1
-  for i = 1, 13 do
+  for i = 1, F_COUNT do
     local e = string.find(v, '|', pos, true)
     if not e then
       return nil
@@ -34,19 +18,19 @@ local function rec_split(v)
     f[i] = string.sub(v, pos, e - 1)
     pos = e + 1
   end
-  local rlen = tonumber(f[11]) or 0
-  local klen = tonumber(f[13]) or 0
+  local rlen = tonumber(f[F_RLEN]) or 0
+  local klen = tonumber(f[F_KLEN]) or 0
   f.reason = string.sub(v, pos, pos + rlen - 1)
   f.key = string.sub(v, pos + rlen, pos + rlen + klen - 1)
   f.plugins = string.sub(v, pos + rlen + klen)
   return f
 end
 
--- The key is never changed after the split, so its length field f[13] is written back as read.
+-- The reason may have changed since the split, so its length is written anew; the key never
+-- changes, so its length f[F_KLEN] is written back as read.
 local function rec_join(f)
-  return f[1] .. '|' .. f[2] .. '|' .. f[3] .. '|' .. f[4] .. '|' .. f[5] .. '|' .. f[6] .. '|' ..
-           f[7] .. '|' .. f[8] .. '|' .. f[9] .. '|' .. f[10] .. '|' .. #f.reason .. '|' ..
-           f[12] .. '|' .. f[13] .. '|' .. f.reason .. f.key .. f.plugins
+  f[F_RLEN] = #f.reason
+  return table.concat(f, '|', 1, F_COUNT) .. '|' .. f.reason .. f.key .. f.plugins
 end
 
 -- A record that cannot be split was not written by this layout: refuse rather than guess a fence.
@@ -97,32 +81,33 @@ end
 -- The record as a flat name/value list for the admin tool (inspect, peek): finished plugins as
 -- 'p:<name>' fields; the owner and lease only while PROCESSING, the failure only once failed.
 local function rec_fields(f)
-  local fields = {'st', f[1], 'fence', f[3], 'attempt', f[5], 'ph', f[4], 'claimed', f[8]}
+  local fields = {N_ST, f[F_ST], N_FENCE, f[F_FENCE], N_ATTEMPT, f[F_ATTEMPT], N_TAG, f[F_TAG],
+                  N_CLAIMED, f[F_CLAIMED]}
   if f.key ~= '' then
-    fields[#fields + 1] = 'k'
+    fields[#fields + 1] = N_KEY
     fields[#fields + 1] = f.key
   end
-  if f[1] == 'P' then
-    fields[#fields + 1] = 'owner'
-    fields[#fields + 1] = f[2]
-    fields[#fields + 1] = 'lease'
-    fields[#fields + 1] = f[7]
+  if f[F_ST] == 'P' then
+    fields[#fields + 1] = N_OWNER
+    fields[#fields + 1] = f[F_OWNER]
+    fields[#fields + 1] = N_LEASE
+    fields[#fields + 1] = f[F_LEASE]
   end
-  if f[10] ~= '0' then
-    fields[#fields + 1] = 'fails'
-    fields[#fields + 1] = f[9]
-    fields[#fields + 1] = 'failed'
-    fields[#fields + 1] = f[10]
-    fields[#fields + 1] = 'reason'
+  if f[F_FAILED] ~= '0' then
+    fields[#fields + 1] = N_FAILS
+    fields[#fields + 1] = f[F_FAILS]
+    fields[#fields + 1] = N_FAILED
+    fields[#fields + 1] = f[F_FAILED]
+    fields[#fields + 1] = N_REASON
     fields[#fields + 1] = f.reason
   end
-  if f[12] ~= '0' then
-    fields[#fields + 1] = 'rearmed'
-    fields[#fields + 1] = f[12]
+  if f[F_REARMED] ~= '0' then
+    fields[#fields + 1] = N_REARMED
+    fields[#fields + 1] = f[F_REARMED]
   end
   local p = plugins_list(f.plugins)
   for j = 1, #p, 2 do
-    fields[#fields + 1] = 'p:' .. p[j]
+    fields[#fields + 1] = N_PLUGINS .. p[j]
     fields[#fields + 1] = p[j + 1]
   end
   return fields

@@ -3,11 +3,12 @@
 -- KEYS[1]   the in-flight record of the first message (declared for Redis Cluster: every key
 --           of one call is in that record's slot)
 -- ARGV[1..4] lease ms, in-flight TTL ms, DONE retention ms, bucket width ms
--- then ONE value per message, packed by the client (lib/guard.c) because Redis spends about as
---   much CPU converting a script argument as running a command: four length bytes (stem,
---   record, field, tag), then the DONE bucket stem, the in-flight record name, the marker field,
---   the head of a new record 'P|owner|1|tag', and the idempotency key as 'klen|key' (kept in a
---   new record so that the admin tool can name it)
+-- then ONE value per message, packed by the client (lib/guard_lua.c) because Redis spends about
+--   as much CPU converting a script argument as running a command: the length bytes L_STEM ..
+--   L_TAG (lib/guard_record.def), then the DONE bucket stem, the in-flight record name, the
+--   marker field, the head of a new record 'P|owner|1|tag' (its fields F_ST .. F_TAG), and the
+--   idempotency key as 'klen|key' (F_KLEN and the key, kept in a new record so that the admin
+--   tool can name it)
 --
 -- Per message it returns one of
 --   1                                           CLAIMED, new record: fence 1, attempt 1, nothing
@@ -40,20 +41,28 @@ local nb = #sfx
 local exp_s = string.format('%d', now + ttl)
 local lease_s = string.format('%d', now + lease)
 local now_s = string.format('%d', now)
--- A new record is the client's head 'P|owner|1|tag', then this tail: attempt 1, expiry, lease,
--- claimed, no failure, no reason, never rearmed; then the client's 'klen|key' and no plugins.
-local tail = '|1|' .. exp_s .. '|' .. lease_s .. '|' .. now_s .. '|0|0|0|0|'
+-- A new record is the client's head 'P|owner|1|tag' (F_ST .. F_TAG), then this tail, the fields
+-- between F_TAG and F_KLEN: attempt 1, expiry, lease, claimed, no failure, no reason, never
+-- rearmed; then the client's 'klen|key' and no plugins.
+local t = {}
+t[F_ATTEMPT], t[F_EXP], t[F_LEASE], t[F_CLAIMED] = '1', exp_s, lease_s, now_s
+t[F_FAILS], t[F_FAILED], t[F_RLEN], t[F_REARMED] = '0', '0', '0', '0'
+local tail = '|' .. table.concat(t, '|', F_TAG + 1, F_KLEN - 1) .. '|'
+-- The head's length without the tag: 'P|', the owner, '|1|'.
+local head = #'P|' + OWNER_LEN + #'|1|'
 local out = {}
 for i = 1, #ARGV - 4 do
   local b = ARGV[4 + i]
-  local sl, rl, fl, tl = string.byte(b, 1, 4)
-  local stem = string.sub(b, 5, 4 + sl)
-  local p = 5 + sl + rl
+  -- one string.byte reads the length bytes, in their order in lib/guard_record.def
+  local sl, rl, fl, tl = string.byte(b, L_STEM, L_TAG)
+  local s0 = L_TAG + 1
+  local stem = string.sub(b, s0, s0 + sl - 1)
+  local p = s0 + sl + rl
   local field = string.sub(b, p, p + fl - 1)
   -- the head 'P|owner|1|tag' spans [q, e]; the key part follows it
   local q = p + fl
-  local e = q + 36 + tl
-  local tag = string.sub(b, q + 37, e)
+  local e = q + head + tl - 1
+  local tag = string.sub(b, q + head, e)
   local res = nil
   for j = 1, nb do
     local v = redis.call('HGET', stem .. sfx[j], field)
@@ -63,7 +72,7 @@ for i = 1, #ARGV - 4 do
     end
   end
   if not res then
-    local rk = string.sub(b, 5 + sl, 4 + sl + rl)
+    local rk = string.sub(b, s0 + sl, s0 + sl + rl - 1)
     local old = redis.call('SET', rk, string.sub(b, q, e) .. tail .. string.sub(b, e + 1), 'NX',
                            'GET', 'PXAT', exp_s)
     if not old then
@@ -73,16 +82,17 @@ for i = 1, #ARGV - 4 do
       if not f then
         return rec_bad(rk)
       end
-      local lease_until = tonumber(f[7]) or 0
-      if f[1] == 'P' and lease_until > now then
+      local lease_until = tonumber(f[F_LEASE]) or 0
+      if f[F_ST] == 'P' and lease_until > now then
         res = {3, lease_until - now}
       else
         -- FAILED, released, or an expired lease: the fence and attempt continue from the record,
         -- the finished plugins, the last failure and the key stay.
-        local fence = (tonumber(f[3]) or 0) + 1
-        local attempt = (tonumber(f[5]) or 0) + 1
-        f[1], f[2], f[3], f[4], f[5] = 'P', string.sub(b, q + 2, q + 33), fence, tag, attempt
-        f[6], f[7], f[8] = exp_s, lease_s, now_s
+        local fence = (tonumber(f[F_FENCE]) or 0) + 1
+        local attempt = (tonumber(f[F_ATTEMPT]) or 0) + 1
+        f[F_ST], f[F_OWNER] = 'P', string.sub(b, q + #'P|', q + #'P|' + OWNER_LEN - 1)
+        f[F_FENCE], f[F_TAG], f[F_ATTEMPT] = fence, tag, attempt
+        f[F_EXP], f[F_LEASE], f[F_CLAIMED] = exp_s, lease_s, now_s
         redis.call('SET', rk, rec_join(f), 'PXAT', exp_s)
         res = {1, fence, attempt, plugins_list(f.plugins)}
       end

@@ -2,9 +2,9 @@
 --
 -- KEYS[1]   the in-flight record of the first message (declared for Redis Cluster)
 -- ARGV[1..2] DONE retention ms, bucket width ms
--- then ONE value per message, packed by the client (see claim.lua for why): three length bytes
---   (stem, record, field), then the DONE bucket stem, the in-flight record name, the marker
---   field and the ownership prefix 'P|owner|fence|'
+-- then ONE value per message, packed by the client (see claim.lua for why): the length bytes
+--   L_STEM .. L_FIELD (lib/guard_record.def), then the DONE bucket stem, the in-flight record
+--   name, the marker field and the ownership prefix 'P|owner|fence|' (F_ST .. F_FENCE)
 -- Returns per message 0 (DONE written), 1 (no record, but the message is already DONE) or
 -- -1 (lease lost: nothing changed).
 --
@@ -28,14 +28,17 @@ local expire_at = string.format('%d', (bmax + 1) * width + retention)
 local out = {}
 for i = 1, #ARGV - 2 do
   local b = ARGV[2 + i]
-  local sl, rl, fl = string.byte(b, 1, 3)
-  local rk = string.sub(b, 4 + sl, 3 + sl + rl)
-  local p = 4 + sl + rl
+  -- one string.byte reads the length bytes, in their order in lib/guard_record.def
+  local sl, rl, fl = string.byte(b, L_STEM, L_FIELD)
+  local s0 = L_FIELD + 1
+  local rk = string.sub(b, s0 + sl, s0 + sl + rl - 1)
+  local p = s0 + sl + rl
   local pfx = string.sub(b, p + fl)
   local v = redis.call('GETDEL', rk)
   if v and string.sub(v, 1, #pfx) == pfx then
+    -- the payload tag F_TAG follows the ownership prefix
     local e = string.find(v, '|', #pfx + 1, true)
-    local bk = string.sub(b, 4, 3 + sl) .. newest
+    local bk = string.sub(b, s0, s0 + sl - 1) .. newest
     if redis.call('HSET', bk, string.sub(b, p, p + fl - 1), string.sub(v, #pfx + 1, e - 1), '_',
                   '') == 2 then
       redis.call('PEXPIREAT', bk, expire_at)
@@ -45,8 +48,8 @@ for i = 1, #ARGV - 2 do
     -- Not the caller's record: put it back as it was. (A record this layout cannot read keeps
     -- a TTL too: the retention.)
     local f = rec_split(v)
-    if f and tonumber(f[6]) then
-      redis.call('SET', rk, v, 'PXAT', f[6])
+    if f and tonumber(f[F_EXP]) then
+      redis.call('SET', rk, v, 'PXAT', f[F_EXP])
     else
       redis.call('SET', rk, v, 'PX', retention)
     end
@@ -55,7 +58,7 @@ for i = 1, #ARGV - 2 do
     -- No record: a retried complete whose first attempt ran finds its marker; anything else
     -- (expired record, never claimed) is lease lost.
     out[i] = -1
-    local stem, field = string.sub(b, 4, 3 + sl), string.sub(b, p, p + fl - 1)
+    local stem, field = string.sub(b, s0, s0 + sl - 1), string.sub(b, p, p + fl - 1)
     for j = 1, #sfx do
       if redis.call('HEXISTS', stem .. sfx[j], field) == 1 then
         out[i] = 1

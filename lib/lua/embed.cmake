@@ -2,10 +2,67 @@
 # file, so that the scripts stay readable Lua in the tree and need no files at run time.
 # Files whose name starts with '_' are shared helpers: their text is put in front of every
 # script instead of becoming an array of their own (Redis scripts cannot include each other).
-# Usage: cmake -DDIR=<lua dir> -DOUT=<generated .c> -P embed.cmake
+# In front of those goes the record's definition (RECORD, lib/guard_record.def) as Lua
+# constants, 1-based as Lua counts:
+#   local F_ST, F_OWNER, ... = 1, 2, ...     the record's '|'-separated fields, and F_COUNT
+#   local N_ST, N_OWNER, ... = 'st', ...     their names in the admin scripts' name/value lists
+#   local N_REASON, ... = 'reason', ...      the variable parts' names
+#   local L_STEM, ... = 1, ...               a packed argument's length bytes
+#   local OWNER_LEN = 32                     WXG__REC_CONST numbers
+# Usage: cmake -DDIR=<lua dir> -DRECORD=<guard_record.def> -DOUT=<generated .c> -P embed.cmake
+
+# "local A, B = 1, 2" for two parallel lists (none: nothing).
+function(lua_locals out names values)
+  if(names)
+    list(JOIN names ", " n)
+    list(JOIN values ", " v)
+    set(${out} "${${out}}local ${n} = ${v}\n" PARENT_SCOPE)
+  endif()
+endfunction()
+
+file(STRINGS ${RECORD} defs REGEX "^WXG__(REC_FIELD|REC_PART|ARG_LEN|REC_CONST)\\(")
+set(fields "")
+set(positions "")
+set(names "")
+set(admin "")
+set(lens "")
+set(lenpos "")
+set(consts "")
+set(constvals "")
+foreach(line ${defs})
+  if(line MATCHES "^WXG__REC_FIELD\\(([A-Z_]+), \"([^\"]*)\"\\)$")
+    list(APPEND fields "F_${CMAKE_MATCH_1}")
+    list(LENGTH fields n)
+    list(APPEND positions ${n})
+    if(NOT CMAKE_MATCH_2 STREQUAL "")
+      list(APPEND names "N_${CMAKE_MATCH_1}")
+      list(APPEND admin "'${CMAKE_MATCH_2}'")
+    endif()
+  elseif(line MATCHES "^WXG__REC_PART\\(([A-Z_]+), \"([^\"]*)\"\\)$")
+    list(APPEND names "N_${CMAKE_MATCH_1}")
+    list(APPEND admin "'${CMAKE_MATCH_2}'")
+  elseif(line MATCHES "^WXG__ARG_LEN\\(([A-Z_]+)\\)$")
+    list(APPEND lens "L_${CMAKE_MATCH_1}")
+    list(LENGTH lens n)
+    list(APPEND lenpos ${n})
+  elseif(line MATCHES "^WXG__REC_CONST\\(([A-Z_]+), ([0-9]+)\\)$")
+    list(APPEND consts "${CMAKE_MATCH_1}")
+    list(APPEND constvals "${CMAKE_MATCH_2}")
+  else()
+    message(FATAL_ERROR "${RECORD}: cannot read '${line}'")
+  endif()
+endforeach()
+list(LENGTH fields nfields)
+set(record "-- Generated from lib/guard_record.def by lib/lua/embed.cmake: the in-flight record.\n")
+lua_locals(record "${fields}" "${positions}")
+string(APPEND record "local F_COUNT = ${nfields}\n")
+lua_locals(record "${names}" "${admin}")
+lua_locals(record "${lens}" "${lenpos}")
+lua_locals(record "${consts}" "${constvals}")
+string(HEX "${record}" common)
+
 file(GLOB scripts ${DIR}/*.lua)
 list(SORT scripts)
-set(common "")
 foreach(script ${scripts})
   get_filename_component(name ${script} NAME_WE)
   if(name MATCHES "^_")
@@ -14,7 +71,7 @@ foreach(script ${scripts})
   endif()
 endforeach()
 set(body "/* Generated from the Lua files in lib/lua by lib/lua/embed.cmake. Do not edit. */\n")
-string(APPEND body "#include \"guard_int.h\"\n")
+string(APPEND body "#include \"guard_conn_int.h\"\n")
 foreach(script ${scripts})
   get_filename_component(name ${script} NAME_WE)
   if(name MATCHES "^_")

@@ -15,8 +15,8 @@ for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   local f = (v and string.sub(v, 1, #pfx) == pfx) and rec_split(v) or nil
   if f then
-    f[1], f[2], f[6], f[7] = 'F', '', exp_s, '0'
-    f[9], f[10], f.reason = ARGV[a + 3], now_s, ARGV[a + 2]
+    f[F_ST], f[F_OWNER], f[F_EXP], f[F_LEASE] = 'F', '', exp_s, '0'
+    f[F_FAILS], f[F_FAILED], f.reason = ARGV[a + 3], now_s, ARGV[a + 2]
     redis.call('SET', KEYS[i], rec_join(f), 'PXAT', exp_s)
     out[i] = 0
   else

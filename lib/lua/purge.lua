@@ -12,7 +12,7 @@ local f = rec_split(v)
 if not f then
   return rec_bad(KEYS[1])
 end
-if f[1] == 'P' and (tonumber(f[7]) or 0) > server_ms() then
+if f[F_ST] == 'P' and (tonumber(f[F_LEASE]) or 0) > server_ms() then
   return -1
 end
 redis.call('GETDEL', KEYS[1])

@@ -5,6 +5,7 @@
 -- Returns 1 when the record was FAILED and its attempt counter now restarts, 0 otherwise.
 -- The fencing counter, the finished plugins, the key and the absolute expiry stay as they are.
 local v = redis.call('GET', KEYS[1])
+-- the state F_ST is the record's first field
 if not v or string.sub(v, 1, 2) ~= 'F|' then
   return 0
 end
@@ -12,6 +13,6 @@ local f = rec_split(v)
 if not f then
   return rec_bad(KEYS[1])
 end
-f[5], f[12] = '0', string.format('%d', server_ms())
-redis.call('SET', KEYS[1], rec_join(f), 'PXAT', f[6])
+f[F_ATTEMPT], f[F_REARMED] = '0', string.format('%d', server_ms())
+redis.call('SET', KEYS[1], rec_join(f), 'PXAT', f[F_EXP])
 return 1

@@ -15,7 +15,7 @@ for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   local f = (v and string.sub(v, 1, #pfx) == pfx) and rec_split(v) or nil
   if f then
-    f[6], f[7] = exp_s, lease_s
+    f[F_EXP], f[F_LEASE] = exp_s, lease_s
     redis.call('SET', KEYS[i], rec_join(f), 'PXAT', exp_s)
     out[i] = 0
   else

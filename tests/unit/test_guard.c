@@ -1,7 +1,7 @@
 /* Unit tests for the pure parts of the guard (lib/guard_layout.c, lib/guard_lua.c): the
  * false-duplicate arithmetic, the compact-marker geometry, Redis key building from hostile keys,
- * and parsing of script replies (built from raw RESP bytes with hiredis's own reader, so no
- * server is involved). */
+ * parsing of script replies (built from raw RESP bytes with hiredis's own reader, so no server
+ * is involved), and the record definition every script is built with. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -429,6 +429,50 @@ static void transition_results_parse(void **state)
     freeReplyObject(r);
 }
 
+/* The value list of a "local A, B, C = 1, 2, 3" line of a script that names `first`. */
+static int lua_locals(const char *script, const char *first, long *vals, int cap)
+{
+    const char *p = strstr(script, first);
+    assert_non_null(p);
+    const char *eq = strstr(p, " = "), *nl = strchr(p, '\n');
+    assert_true(eq && nl && eq < nl);
+    int n = 0;
+    for (const char *q = eq + 3; q < nl && n < cap;) {
+        char *end = NULL;
+        vals[n++] = strtol(q, &end, 10);
+        q = end;
+        while (q < nl && (*q == ',' || *q == ' '))
+            q++;
+    }
+    return n;
+}
+
+static void every_script_is_built_with_the_record_fields_c_uses(void **state)
+{
+    (void)state;
+    const char *scripts[] = {
+        wxg__lua_claim,   wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete, wxg__lua_fail,
+        wxg__lua_inspect, wxg__lua_release, wxg__lua_rearm,       wxg__lua_purge,    wxg__lua_peek};
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+        long v[32];
+        /* F_ST .. F_KLEN are 1-based: one more than the C index of the same field. */
+        int n = lua_locals(scripts[i], "local F_ST, F_OWNER, F_FENCE, F_TAG,", v, 32);
+        assert_int_equal(n, WXG__F_COUNT);
+        for (int k = 0; k < n; k++)
+            assert_int_equal(v[k], k + 1);
+        assert_non_null(strstr(scripts[i], "F_KLEN = "));
+        n = lua_locals(scripts[i], "local L_STEM, L_RECORD, L_FIELD, L_TAG", v, 32);
+        assert_int_equal(n, WXG__L_COUNT);
+        assert_int_equal(v[WXG__L_TAG], WXG__L_TAG + 1);
+        n = lua_locals(scripts[i], "local OWNER_LEN", v, 32);
+        assert_int_equal(n, 1);
+        assert_int_equal(v[0], WXG_GUARD_OWNER_LEN);
+        /* No script indexes a record by number any more. */
+        assert_null(strstr(scripts[i], "f[1]"));
+        assert_null(strstr(scripts[i], "f[6]"));
+    }
+}
+
 static void constructor_refuses_bad_configuration_without_connecting(void **state)
 {
     (void)state;
@@ -472,6 +516,7 @@ int main(void)
         cmocka_unit_test(claim_replies_parse_into_outcomes),
         cmocka_unit_test(malformed_claim_replies_are_refused),
         cmocka_unit_test(transition_results_parse),
+        cmocka_unit_test(every_script_is_built_with_the_record_fields_c_uses),
         cmocka_unit_test(constructor_refuses_bad_configuration_without_connecting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
