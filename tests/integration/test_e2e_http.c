@@ -217,6 +217,20 @@ static void phase_check(phase_t *ph, const char *name)
 
 /* ---- processes ---- */
 
+/* True when the log at `path` has wxguard-ingest's line saying it listens on `port`. */
+static int log_says_listening(const char *path, int port)
+{
+    char want[64], line[512];
+    snprintf(want, sizeof want, "wxguard-ingest listening on port %d\n", port);
+    FILE *f = fopen(path, "r");
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strcmp(line, want) == 0;
+    if (f)
+        fclose(f);
+    return found;
+}
+
 static pid_t spawn_ingest(const char *dir, int port, const char *topic)
 {
     const char *bin = getenv("WXG_BINARY_DIR");
@@ -227,6 +241,10 @@ static pid_t spawn_ingest(const char *dir, int port, const char *topic)
     snprintf(listen, sizeof listen, "ingest.listen=127.0.0.1:%d", port);
     snprintf(top, sizeof top, "ingest.topic=%s", topic);
     snprintf(boot, sizeof boot, "kafka.bootstrap.servers=%s", wxg_test_kafka_bootstrap());
+    /* Empty, so that no line of an earlier run passes for this one's. */
+    FILE *fresh = fopen(logp, "w");
+    assert_non_null(fresh);
+    fclose(fresh);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -245,7 +263,10 @@ static pid_t spawn_ingest(const char *dir, int port, const char *topic)
     int64_t deadline = wxg_test_now_ms() + 30000 * wxg_test_scale();
     for (;;) {
         wxg_test_http_resp_t r;
-        if (wxg_test_http(port, "GET", "/readyz", NULL, NULL, 0, &r) == 0) {
+        /* A /readyz answer counts only once our child wrote that it listens on the port: a
+         * server of another test that took the port meanwhile would answer just the same. */
+        if (log_says_listening(logp, port) &&
+            wxg_test_http(port, "GET", "/readyz", NULL, NULL, 0, &r) == 0) {
             int st = r.status;
             wxg_test_http_free(&r);
             if (st == 200)
