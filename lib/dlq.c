@@ -37,6 +37,11 @@
  * topic); a fatal idempotence error (rd_kafka_fatal_error) makes every later send fail with
  * WXG_ESTATE. The last error librdkafka reported through error_cb is remembered and added to
  * the reason of a failed send, so "timed out" comes with "connection refused" beside it.
+ * wxg_producer_check() lets a program find out at start-up that the brokers refuse its
+ * credentials (a wrong SASL password is otherwise only a log line librdkafka repeats while the
+ * program runs without ever reaching Kafka); it asks for metadata and watches error_cb's
+ * authentication and all-brokers-down reports, which carry librdkafka's text, never the
+ * password.
  *
  * Shutdown. destroy marks the producer closing (new sends get WXG_ECLOSED), flushes within a
  * bound, purges what is left (its reports free their completions), stops the thread and
@@ -69,8 +74,11 @@ struct wxg_producer_s {
     atomic_int fatal;   /* librdkafka raised a fatal error: every send fails */
     int delivery_timeout_ms;
     atomic_int brokers_up;    /* brokers in state UP in the last statistics; -1 before the first */
+    atomic_int auth_failed;   /* a broker refused the credentials (error_cb), for the check */
+    atomic_int all_down;      /* every broker was down at some moment (error_cb), likewise */
     pthread_mutex_t lock;     /* completions' fields, last_error */
     char last_error[256];     /* the last error_cb text, for reasons */
+    char auth_error[256];     /* the text of the last refused login, for wxg_producer_check */
     pthread_condattr_t cattr; /* CLOCK_MONOTONIC, for every completion's cond */
 };
 
@@ -144,7 +152,15 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     pthread_mutex_lock(&p->lock);
     snprintf(p->last_error, sizeof p->last_error, "%s%s%s", fatal[0] ? fatal : "",
              fatal[0] ? "; " : "", reason ? reason : rd_kafka_err2str((rd_kafka_resp_err_t)err));
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION)
+        snprintf(p->auth_error, sizeof p->auth_error, "%s", p->last_error);
     pthread_mutex_unlock(&p->lock);
+    /* Set after last_error, in the order librdkafka reports them (a refused login, then all
+     * brokers down), which wxg_producer_check() relies on. */
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION)
+        atomic_store(&p->auth_failed, 1);
+    else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+        atomic_store(&p->all_down, 1);
 }
 
 /* Runs on the poll thread every statistics.interval.ms. Counts the real brokers (configured or
@@ -174,6 +190,51 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
     }
     cJSON_Delete(root);
     return 0; /* librdkafka frees json */
+}
+
+/* `what`, then the text librdkafka gave for the refused login (auth) or its last error, into
+ * errstr. */
+static void last_error_into(wxg_producer_t *p, int auth, const char *what, char *errstr,
+                            size_t errstr_size)
+{
+    pthread_mutex_lock(&p->lock);
+    const char *text = auth ? p->auth_error : p->last_error;
+    wxg__errf(errstr, errstr_size, "%s%s%s", what, text[0] ? ": " : "", text);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int wxg_producer_check(wxg_producer_t *p, int timeout_ms, char *errstr, size_t errstr_size)
+{
+    int64_t end = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        /* all_down first: the refused login that caused it was recorded before it. */
+        int down = atomic_load(&p->all_down);
+        if (atomic_load(&p->auth_failed)) {
+            last_error_into(p, 1, "Kafka refused the credentials", errstr, errstr_size);
+            return WXG_EAUTH;
+        }
+        if (down) {
+            last_error_into(p, 0, "no Kafka broker reachable", errstr, errstr_size);
+            return WXG_ECONN;
+        }
+        int64_t left = end - mono_ms();
+        if (left <= 0) {
+            last_error_into(p, 0, "no Kafka broker answered in time", errstr, errstr_size);
+            return WXG_ETIMEDOUT;
+        }
+        /* An answer needs a connection that passed TLS and SASL: it proves both. Short slices,
+         * so that an error reported meanwhile ends the wait early. */
+        const struct rd_kafka_metadata *md = NULL;
+        int64_t t0 = mono_ms();
+        rd_kafka_resp_err_t e =
+            rd_kafka_metadata(p->rk, 0, NULL, &md, left < 200 ? (int)left : 200);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            rd_kafka_metadata_destroy(md);
+            return 0;
+        }
+        if (mono_ms() - t0 < 50)
+            sleep_ms(50); /* refused at once: do not spin */
+    }
 }
 
 int wxg_producer_brokers_up(const wxg_producer_t *p)
@@ -280,6 +341,8 @@ wxg_producer_t *wxg_producer_new(const wxg_kafka_prop_t *props, size_t n, char *
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_stats_cb(conf, on_stats);
     atomic_init(&p->brokers_up, -1);
+    atomic_init(&p->auth_failed, 0);
+    atomic_init(&p->all_down, 0);
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, rkerr, sizeof rkerr);
     if (!p->rk) {
         wxg__errf(errstr, errstr_size, "cannot create the Kafka producer: %s", rkerr);

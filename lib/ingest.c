@@ -834,6 +834,11 @@ fail:
     return NULL;
 }
 
+int wxg_ingest_check_kafka(wxg_ingest_t *in, int timeout_ms, char *errstr, size_t errstr_size)
+{
+    return wxg_producer_check(in->producer, timeout_ms, errstr, errstr_size);
+}
+
 int wxg_ingest_port(const wxg_ingest_t *in)
 {
     return in != NULL ? wxg_httpd_port(in->httpd) : -1;

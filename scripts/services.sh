@@ -8,13 +8,18 @@
 #   scripts/services.sh status DIR
 #
 # `start` waits, each wait bounded, until each server answers as the process it started (Redis:
-# INFO names our PID; Kafka: a metadata round trip lists one broker, and our JVM holds the port;
-# PostgreSQL: a query names our data directory) and then writes DIR/services.env, KEY=VALUE
-# lines that the tests read:
+# INFO names our PID; Kafka: a metadata round trip lists one broker on each of its three client
+# listeners, and our JVM holds the port; PostgreSQL: a query names our data directory) and then
+# writes DIR/services.env, KEY=VALUE lines that the tests read:
 #   WXG_TEST_REDIS_HOST, WXG_TEST_REDIS_PORT, WXG_TEST_KAFKA_BOOTSTRAP, WXG_TEST_PG_DSN (a libpq
 #   connection string), WXG_SERVICES_{REDIS,KAFKA}_{PID,LOG,DATA},
 #   WXG_SERVICES_KAFKA_CONTROLLER_PORT and WXG_SERVICES_PG_{PID,LOG,DIR}; and, for `stop`,
 #   WXG_SERVICES_{REDIS,KAFKA,PG}_PROC=PID:START (START: the process's start time).
+#   The broker also listens with SASL_PLAINTEXT and with SASL_SSL (a CA and a broker certificate
+#   made with openssl for this run): WXG_TEST_KAFKA_SASL_BOOTSTRAP, WXG_TEST_KAFKA_SSL_BOOTSTRAP,
+#   WXG_TEST_KAFKA_CA (the CA's PEM file, for ssl.ca.location), WXG_TEST_KAFKA_SASL_MECHANISM
+#   (PLAIN; SCRAM-SHA-256 takes the same user too), WXG_TEST_KAFKA_SASL_USER and
+#   WXG_TEST_KAFKA_SASL_PASSWORD (fresh every run).
 # Values never contain spaces unless DIR does, so a shell can `. DIR/services.env` it.
 # The servers run detached (own session, stdin from /dev/null, output to DIR/*.log), so the
 # caller, e.g. ctest, does not wait for them. `stop` ends exactly the processes recorded in the
@@ -272,18 +277,40 @@ start_redis() {
 
 # --- kafka -----------------------------------------------------------------------------------
 
+# The broker listens four times on 127.0.0.1: PLAINTEXT (most tests), CONTROLLER (KRaft), SASL
+# (SASL_PLAINTEXT) and SASLSSL (SASL_SSL with the certificate make_kafka_tls wrote). The two SASL
+# listeners take one user, with one password, by two mechanisms: PLAIN (the user is in the JAAS
+# line) and SCRAM-SHA-256 (the storage format created the credential). SCRAM is there for
+# clients that can speak it to Kafka 4: librdkafka before 2.6.1, Debian 12's 2.0.2 among them,
+# repeats the client nonce in its final SCRAM message, and Kafka 4 refuses that proof as
+# invalid credentials; so the tests use PLAIN, which over SASL_SSL is what managed Kafka
+# services commonly offer. Brokers and controller talk over the plain listeners.
 write_kafka_config() {
-  local kdir=$1 port=$2 cport=$3
+  local kdir=$1 port=$2 cport=$3 sport=$4 tport=$5 kspass=$6 user=$7 password=$8
+  local scram='org.apache.kafka.common.security.scram.ScramLoginModule required;'
+  local plain="org.apache.kafka.common.security.plain.PlainLoginModule required"
+  plain+=" user_$user=\"$password\";"
   cat >"$kdir/server.properties" <<EOF
 # Single-node KRaft broker for tests: broker and controller in one JVM, static quorum.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,\\
+  SASL://127.0.0.1:$sport,SASLSSL://127.0.0.1:$tport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL://127.0.0.1:$sport,\\
+  SASLSSL://127.0.0.1:$tport
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,\\
+  SASLSSL:SASL_SSL
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256
+listener.name.sasl.plain.sasl.jaas.config=$plain
+listener.name.sasl.scram-sha-256.sasl.jaas.config=$scram
+listener.name.saslssl.plain.sasl.jaas.config=$plain
+listener.name.saslssl.scram-sha-256.sasl.jaas.config=$scram
+listener.name.saslssl.ssl.keystore.type=PKCS12
+listener.name.saslssl.ssl.keystore.location=$kdir/tls/broker.p12
+listener.name.saslssl.ssl.keystore.password=$kspass
 log.dirs=$kdir/data
 # One node: internal topics must not ask for three replicas.
 offsets.topic.replication.factor=1
@@ -327,6 +354,29 @@ logger.state.level = warn
 EOF
 }
 
+# N random hex digits.
+random_hex() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c "$1"; }
+
+# A CA and a broker certificate signed by it for 127.0.0.1, in KDIR/tls: ca.pem (what clients
+# trust, as ssl.ca.location) and broker.p12 (the broker's key and chain, a PKCS#12 keystore
+# locked with KSPASS). P-256 keys: made in milliseconds. The CA key is deleted once it signed.
+make_kafka_tls() {
+  local kdir=$1 kspass=$2 t=$1/tls
+  mkdir -p "$t"
+  openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+    -keyout "$t/ca.key" -out "$t/ca.pem" -days 30 -subj "/CN=wxguard test CA" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign &&
+    openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+      -keyout "$t/broker.key" -out "$t/broker.csr" -subj "/CN=127.0.0.1" &&
+    printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' 'extendedKeyUsage=serverAuth' \
+      'keyUsage=critical,digitalSignature' >"$t/broker.ext" &&
+    openssl x509 -req -in "$t/broker.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" \
+      -set_serial "0x$(random_hex 16)" -days 30 -extfile "$t/broker.ext" -out "$t/broker.pem" &&
+    openssl pkcs12 -export -in "$t/broker.pem" -inkey "$t/broker.key" -certfile "$t/ca.pem" \
+      -name broker -out "$t/broker.p12" -passout "pass:$kspass" &&
+    rm -f "$t/ca.key" "$t/broker.csr" "$t/broker.ext"
+}
+
 # A random cluster id: 16 random bytes in unpadded base64url, as Kafka's Uuid writes them.
 cluster_id() {
   local id
@@ -337,24 +387,36 @@ cluster_id() {
   printf '%s\n' "$id"
 }
 
-# True when the broker on PORT answers a metadata request, by DEADLINE, with one broker.
+# True when the broker on PORT answers a metadata request, by DEADLINE, with one broker; more
+# arguments are client settings (-X key=value) for the listener's security protocol. What the
+# client said of the last failed probe is in $kafka_probe_log, shown when the start fails.
+kafka_probe_log=/dev/null
 kafka_ready() {
-  local out
-  out=$(timeout "$(budget "$2" 10)" kcat -L -b "127.0.0.1:$1" -m 2 -X broker.address.family=v4 \
-    2>/dev/null) || return 1
+  local port=$1 deadline=$2 out
+  shift 2
+  out=$(timeout "$(budget "$deadline" 10)" kcat -L -b "127.0.0.1:$port" -m 2 \
+    -X broker.address.family=v4 "$@" 2>"$kafka_probe_log") || return 1
   [[ $out == *" 1 brokers:"* ]]
 }
 
 start_kafka() {
-  local dir=$1 envf=$2 kdir logf attempt port cport pid='' start t0 t1 deadline jvm
-  local why="found no two free ports"
+  local dir=$1 envf=$2 kdir logf attempt port cport sport tport pid='' start t0 t1 deadline jvm
+  local why="found no four free ports" user=wxgtest password kspass
+  local -a sasl
   command -v java >/dev/null || die "java not found: run scripts/setup.sh"
   command -v kcat >/dev/null || die "kcat not found: run scripts/setup.sh"
+  command -v openssl >/dev/null || die "openssl not found: run scripts/setup.sh"
+  # Fresh secrets for every run: the SASL password the tests read from the env file, and the
+  # keystore's, which only the broker's configuration holds.
+  password=$(random_hex 24)
+  kspass=$(random_hex 24)
+  sasl=(-X sasl.mechanisms=PLAIN -X "sasl.username=$user" -X "sasl.password=$password")
   if ! compgen -G "$kafka_libs/kafka_2.13-*.jar" >/dev/null; then
     die "no Kafka jars in $kafka_libs: run scripts/setup.sh (or set WXG_CACHE_DIR)"
   fi
   kdir=$dir/kafka
   logf=$dir/kafka.log
+  kafka_probe_log=$dir/kafka-probe.log
   # -XX:TieredStopAtLevel=1 and SerialGC cut start-up work and footprint (fine for tests, not
   # for benchmarks); -XX:-UsePerfData keeps the JVM from writing to /tmp.
   jvm=(-Xms64m "-Xmx${WXG_KAFKA_HEAP:-512m}" -XX:+UseSerialGC -XX:TieredStopAtLevel=1
@@ -365,13 +427,21 @@ start_kafka() {
     mkdir -p "$kdir/data" "$kdir/tmp"
     port=$(pick_port) || die "no free port for Kafka"
     cport=$(pick_port) || die "no free port for the Kafka controller"
-    [[ $port != "$cport" ]] || continue
-    write_kafka_config "$kdir" "$port" "$cport"
+    sport=$(pick_port) || die "no free port for Kafka's SASL listener"
+    tport=$(pick_port) || die "no free port for Kafka's SASL_SSL listener"
+    [[ $(printf '%s\n' "$port" "$cport" "$sport" "$tport" | sort -u | wc -l) == 4 ]] || continue
     t0=$(now_ms)
-    # A fresh directory is formatted once with a new cluster id (static quorum: no --standalone).
+    make_kafka_tls "$kdir" "$kspass" >"$dir/kafka-tls.log" 2>&1 || {
+      show_log_tail "openssl" "$dir/kafka-tls.log"
+      die "making the Kafka broker's certificate failed"
+    }
+    write_kafka_config "$kdir" "$port" "$cport" "$sport" "$tport" "$kspass" "$user" "$password"
+    # A fresh directory is formatted once with a new cluster id (static quorum: no --standalone)
+    # and the SCRAM user in its first metadata, so that it exists when the listeners open.
     if ! java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData \
       "-Dlog4j2.configurationFile=$kdir/log4j2.properties" -cp "$kafka_libs/*" \
       kafka.tools.StorageTool format "--cluster-id=$(cluster_id)" \
+      --add-scram "SCRAM-SHA-256=[name=$user,password=$password]" \
       --config "$kdir/server.properties" </dev/null >"$dir/kafka-format.log" 2>&1; then
       show_log_tail "Kafka storage format" "$dir/kafka-format.log"
       die "formatting the Kafka data directory failed"
@@ -392,12 +462,22 @@ start_kafka() {
       fi
       # The metadata answer counts only when our JVM holds the port: a broker of another run
       # that took it meanwhile would answer just the same.
-      if kafka_ready "$port" "$deadline" && listens_on "$pid" "$port"; then
+      if kafka_ready "$port" "$deadline" && listens_on "$pid" "$port" &&
+        kafka_ready "$sport" "$deadline" "${sasl[@]}" -X security.protocol=SASL_PLAINTEXT &&
+        kafka_ready "$tport" "$deadline" "${sasl[@]}" -X security.protocol=SASL_SSL \
+          -X "ssl.ca.location=$kdir/tls/ca.pem"; then
         env_add "$envf" WXG_SERVICES_KAFKA_LOG "$logf"
         env_add "$envf" WXG_SERVICES_KAFKA_CONTROLLER_PORT "$cport"
         env_add "$envf" WXG_TEST_KAFKA_BOOTSTRAP "127.0.0.1:$port"
-        log "Kafka broker ready on 127.0.0.1:$port (pid $pid, controller port $cport;" \
-          "format $((t1 - t0)) ms, start $(($(now_ms) - t1)) ms)"
+        env_add "$envf" WXG_TEST_KAFKA_SASL_BOOTSTRAP "127.0.0.1:$sport"
+        env_add "$envf" WXG_TEST_KAFKA_SSL_BOOTSTRAP "127.0.0.1:$tport"
+        env_add "$envf" WXG_TEST_KAFKA_CA "$kdir/tls/ca.pem"
+        env_add "$envf" WXG_TEST_KAFKA_SASL_MECHANISM PLAIN
+        env_add "$envf" WXG_TEST_KAFKA_SASL_USER "$user"
+        env_add "$envf" WXG_TEST_KAFKA_SASL_PASSWORD "$password"
+        log "Kafka broker ready on 127.0.0.1:$port, SASL_PLAINTEXT on $sport, SASL_SSL on" \
+          "$tport (pid $pid, controller port $cport; certificate and format $((t1 - t0)) ms," \
+          "start $(($(now_ms) - t1)) ms)"
         return 0
       fi
       (($(now_ms) < deadline)) || break
@@ -411,6 +491,7 @@ start_kafka() {
     break
   done
   show_log_tail "Kafka broker" "$logf"
+  show_log_tail "last readiness probe" "$kafka_probe_log"
   die "the Kafka broker (pid $pid) $why"
 }
 

@@ -13,7 +13,7 @@
  * start-up until the consumer has stopped; readiness is wxg_consumer_ready().
  *
  * Exit status: 0 clean stop, 1 fatal error while running, 2 usage or configuration error,
- * 3 start-up failure (Kafka or Redis not usable).
+ * 3 start-up failure (Kafka or Redis not usable, e.g. the brokers refuse the SASL credentials).
  */
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -38,6 +38,10 @@
 #define EXIT_FATAL   1
 #define EXIT_USAGE   2
 #define EXIT_STARTUP 3
+
+/* How long start-up waits for a first answer from Kafka, to learn whether it takes the
+ * credentials; an answer or a refusal usually comes within a second. */
+#define KAFKA_CHECK_MS 10000
 
 static wxg_consumer_t *volatile the_consumer;
 static volatile sig_atomic_t signals_seen;
@@ -177,6 +181,15 @@ int main(int argc, char **argv)
     if (!producer) {
         rd_kafka_conf_destroy(kconf);
         wxg_log(WXG_LOG_ERROR, "producer_failed", WXG_LS("reason", err));
+        goto out;
+    }
+    /* A wrong SASL password is a configuration error to report now, not a log line that
+     * librdkafka repeats while the consumer never reaches Kafka. Brokers that are down are
+     * waited for, as before. */
+    rc = wxg_producer_check(producer, KAFKA_CHECK_MS, err, sizeof err);
+    if (rc == WXG_EAUTH) {
+        rd_kafka_conf_destroy(kconf);
+        wxg_log(WXG_LOG_ERROR, "kafka_auth_failed", WXG_LERR(rc), WXG_LS("reason", err));
         goto out;
     }
     wxg_plugin_chain_set_producer(chain, producer);

@@ -11,7 +11,7 @@
  * there too (e.g. on an address that only the monitoring network reaches).
  *
  * Exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, 3 start-up failure
- * (the address cannot be bound, Kafka settings refused).
+ * (the address cannot be bound, Kafka settings refused, the brokers refuse the SASL credentials).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -21,6 +21,7 @@
 
 #include "progstart.h"
 #include "wxguard/conf.h"
+#include "wxguard/err.h"
 #include "wxguard/httpd.h"
 #include "wxguard/ingest.h"
 #include "wxguard/log.h"
@@ -28,6 +29,10 @@
 
 #define EXIT_FATAL   PROG_EXIT_FATAL
 #define EXIT_STARTUP 3
+
+/* How long start-up waits for a first answer from Kafka, to learn whether it takes the
+ * credentials; an answer or a refusal usually comes within a second. */
+#define KAFKA_CHECK_MS 10000
 
 static void usage(FILE *out)
 {
@@ -86,6 +91,13 @@ int main(int argc, char **argv)
     in = wxg_ingest_new(conf, metrics, err, sizeof err);
     if (!in) {
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));
+        goto out;
+    }
+    /* A wrong SASL password is a start-up error; brokers that are down are waited for (requests
+     * get 503 meanwhile), as before. */
+    int rc = wxg_ingest_check_kafka(in, KAFKA_CHECK_MS, err, sizeof err);
+    if (rc == WXG_EAUTH) {
+        wxg_log(WXG_LOG_ERROR, "kafka_auth_failed", WXG_LERR(rc), WXG_LS("reason", err));
         goto out;
     }
     const char *ops_listen = prog_nonempty(wxg_conf_get(conf, "metrics.listen"));

@@ -33,6 +33,10 @@
 
 #define REDRIVE_HDR_SOURCE "wxg-redrive-source"
 
+/* How long the start waits for a first answer from Kafka, to learn whether it takes the
+ * credentials. */
+#define KAFKA_CHECK_MS 10000
+
 void ctl_help_redrive(FILE *out)
 {
     fprintf(out,
@@ -158,6 +162,23 @@ static wxg_producer_t *make_producer(const wxg_conf_t *conf, char *err, size_t e
     wxg_producer_t *p = wxg_producer_new_like(kc, WXG_PRODUCER_CONNECTION, NULL, 0, err, errsz);
     rd_kafka_conf_destroy(kc);
     return p;
+}
+
+/* Fails (-1, with the reason on stderr) when the brokers refuse the configuration's SASL
+ * credentials, so that a wrong password reads as such and not as a metadata time-out. Asks
+ * through `p`, or through a producer of its own for a dry run (which has none). Other
+ * outcomes are left to the reads that follow. */
+static int check_kafka(const ctl_opts *o, const wxg_conf_t *conf, wxg_producer_t *p)
+{
+    char err[512] = "";
+    wxg_producer_t *own = p ? NULL : make_producer(conf, err, sizeof err);
+    int rc = p || own ? wxg_producer_check(p ? p : own, KAFKA_CHECK_MS, err, sizeof err) : 0;
+    wxg_producer_destroy(own, 0);
+    if (rc == WXG_EAUTH) {
+        fprintf(stderr, "%s: %s\n", o->prog, err);
+        return -1;
+    }
+    return 0;
 }
 
 /* A consumer handle for reading the DLQ by assignment: its own throw-away group id (never
@@ -532,6 +553,8 @@ static int open_clients(rd_run *run)
             return EXIT_CONN;
         }
     }
+    if (check_kafka(&run->o, run->conf, run->s.p) != 0)
+        return EXIT_CONN;
     run->rk = make_reader(run->conf, err, sizeof err);
     if (!run->rk) {
         fprintf(stderr, "%s: Kafka: %s\n", run->o.prog, err);

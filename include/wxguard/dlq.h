@@ -135,6 +135,15 @@ WXG_EXPORT int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const ch
  * any thread. */
 WXG_EXPORT int wxg_producer_brokers_up(const wxg_producer_t *p);
 
+/* For a program's start-up, right after wxg_producer_new*(): waits at most timeout_ms until a
+ * broker answered a metadata request over the configured security protocol. Returns 0 then;
+ * WXG_EAUTH when a broker refused the SASL credentials; WXG_ECONN when every broker was down
+ * (refused connections, a failed TLS handshake); WXG_ETIMEDOUT when nothing was decided within
+ * the bound. On failure errstr holds librdkafka's last error (it never contains a password). A
+ * caller that can wait for Kafka to come up treats only WXG_EAUTH as fatal. Main thread. */
+WXG_EXPORT int wxg_producer_check(wxg_producer_t *p, int timeout_ms, char *errstr,
+                                  size_t errstr_size);
+
 /* The producer's delivery timeout in milliseconds (message.timeout.ms as configured). */
 WXG_EXPORT int wxg_producer_delivery_timeout_ms(const wxg_producer_t *p);
 

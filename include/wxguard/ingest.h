@@ -78,6 +78,13 @@ WXG_EXPORT int wxg_ingest_port(const wxg_ingest_t *in);
  * (may be NULL). Lock-free, never blocks; any thread. */
 WXG_EXPORT int wxg_ingest_ready(const wxg_ingest_t *in, char *reason, size_t reason_size);
 
+/* Waits at most timeout_ms for a first answer from Kafka through the receiver's producer (see
+ * wxg_producer_check): 0, WXG_EAUTH (the brokers refuse the SASL credentials), WXG_ECONN or
+ * WXG_ETIMEDOUT, with librdkafka's reason in errstr (never the password). For start-up, where
+ * only WXG_EAUTH is worth giving up for. Main thread. */
+WXG_EXPORT int wxg_ingest_check_kafka(wxg_ingest_t *in, int timeout_ms, char *errstr,
+                                      size_t errstr_size);
+
 /* Stops serving (requests in progress are finished first, each within its budget), flushes the
  * producer within the produce timeout and frees everything. Accepts NULL. Main thread. */
 WXG_EXPORT void wxg_ingest_destroy(wxg_ingest_t *in);

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
@@ -239,6 +240,27 @@ static void a_bounded_send_gives_up_at_its_bound_and_no_broker_is_up(void **stat
     wxg_producer_destroy(p, 0);
 }
 
+/* The start-up check tells brokers that are down from credentials that are refused: with
+ * nothing listening it ends long before its bound, with WXG_ECONN and librdkafka's reason. */
+static void the_start_up_check_returns_at_once_when_every_broker_is_down(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    wxg_kafka_prop_t props[] = {{"bootstrap.servers", closed_bootstrap}, {"log_level", "0"}};
+    wxg_producer_t *p = wxg_producer_new(props, 2, err, sizeof err);
+    assert_non_null(p);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = wxg_producer_check(p, 20000, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    print_message("%s after %ld ms: %s\n", wxg_err_name(rc), ms, err);
+    assert_int_equal(rc, WXG_ECONN);
+    assert_non_null(strstr(err, "no Kafka broker reachable"));
+    assert_true(ms < 10000);
+    wxg_producer_destroy(p, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +271,7 @@ int main(void)
         cmocka_unit_test(bad_arguments_are_refused_before_anything_is_sent),
         cmocka_unit_test(a_write_to_an_unreachable_cluster_is_an_error_never_success),
         cmocka_unit_test(a_bounded_send_gives_up_at_its_bound_and_no_broker_is_up),
+        cmocka_unit_test(the_start_up_check_returns_at_once_when_every_broker_is_down),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
