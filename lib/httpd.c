@@ -197,7 +197,8 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 
 /* ---- connection records and the request deadline ------------------------------------------ */
 
-/* The bytes the kernel has received on socket fd since it was opened, read or not. */
+/* The bytes the kernel has received on socket fd since it was opened, read or not (a FIN
+ * counts as one: it takes a sequence number). */
 static int bytes_received(int fd, uint64_t *out)
 {
     struct tcp_info ti;
@@ -292,7 +293,9 @@ static int track_answer(wxg_httpd_t *h, struct MHD_Connection *conn, int *extra)
     int known = bytes_received(cc->fd, &rx) == 0;
     pthread_mutex_lock(&h->conns_lock);
     cc->answering = 1;
-    *extra = known && rx > cc->consumed + cc->req_bytes && !cc->unsized;
+    /* One more is the client's FIN (it takes a sequence number): a client that closes while
+     * waiting is no reason to count, and one byte is no request. */
+    *extra = known && rx > cc->consumed + cc->req_bytes + 1 && !cc->unsized;
     close_after = *extra || cc->unsized;
     pthread_mutex_unlock(&h->conns_lock);
     return close_after;
