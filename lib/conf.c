@@ -256,7 +256,8 @@ static const wxg_conf_keydef_t keys[] = {
          "is answered 503 with Retry-After at once. Each request in progress holds a thread."),
     KDUR("ingest.connection.timeout.ms", "30s", SEC, 10 * MIN, I_,
          "A connection idle for this long (keep-alive, or a client that stops sending its body) "
-         "is closed. Rounded up to whole seconds."),
+         "is closed, and a request not received whole this long after its first byte (a client "
+         "trickling its headers or body) is cut. Rounded up to whole seconds."),
     KSTR("ingest.oa.token", "", 0, 128, I_, WXG_CONF_SECRET,
          "Token configured for the Official Account's server URL: the signature of every request "
          "to /v1/callback/oa is checked against it (401 when wrong). Empty turns the Official "

@@ -808,6 +808,9 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
         goto fail;
     }
 
+    /* One setting for both clocks: a connection idle that long is closed, and so is one whose
+     * request has not arrived whole that long after its first byte (a client trickling bytes
+     * restarts the idle clock at every byte, never the request's). */
     int64_t tmo_ms = wxg_conf_int(conf, "ingest.connection.timeout.ms");
     wxg_httpd_opts_t ho = {.listen = wxg_conf_get(conf, "ingest.listen"),
                            .metrics = metrics,
@@ -818,7 +821,8 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
                            .handler_prefix = "/",
                            .max_body = in->max_body,
                            .max_inflight = (unsigned)wxg_conf_int(conf, "ingest.concurrency"),
-                           .conn_timeout_s = (unsigned)((tmo_ms + 999) / 1000)};
+                           .conn_timeout_s = (unsigned)((tmo_ms + 999) / 1000),
+                           .request_timeout_ms = (unsigned)tmo_ms};
     in->httpd = wxg_httpd_start_opts(&ho, errstr, errstr_size);
     if (in->httpd == NULL)
         goto fail;

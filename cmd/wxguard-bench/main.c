@@ -5,6 +5,7 @@
  *   wxguard-bench e2e [options]     the consumer end to end vs a plain librdkafka consumer
  *   wxguard-bench feed [options]    load generator for the demo and manual runs
  *   wxguard-bench post [options]    the same stream POSTed to wxguard-ingest over HTTP
+ *   wxguard-bench hostile [options] slow, idle, malformed and bursting clients against ingest
  *
  * Each subcommand lives in its own file; this file only dispatches and holds small helpers.
  */
@@ -31,6 +32,8 @@ static const subcommand subcommands[] = {
      "create topics, feed a stream of callbacks with duplicates, wait for a group, count"},
     {"post", wxgb_post_main,
      "POST a stream of callbacks with duplicates to wxguard-ingest over HTTP"},
+    {"hostile", wxgb_hostile_main,
+     "slow, idle, malformed and bursting HTTP clients against wxguard-ingest, for S seconds"},
 };
 
 int64_t wxgb_now_us(void)

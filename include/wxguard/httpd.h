@@ -46,8 +46,19 @@ WXG_EXPORT wxg_httpd_t *wxg_httpd_start(const char *listen, wxg_metrics_t *metri
  *   - at most max_inflight requests are inside the handler (or reading their body) at once; one
  *     more is answered 503 with Retry-After at once, so a gateway backs off and retries;
  *   - at most max_connections connections are open; connections idle for conn_timeout_s are
- *     closed.
- * Refusals are counted in wxg_httpd_refused_total{reason} of `metrics`. */
+ *     closed;
+ *   - the body's length must be unambiguous: two Content-Length headers that disagree, or a
+ *     Content-Length beside Transfer-Encoding, are refused with 400, a transfer coding other
+ *     than chunked with 501;
+ *   - a request whose connection holds more bytes than the request when it is answered (a
+ *     body longer than announced, or pipelined requests) is answered, then its connection is
+ *     closed, so the extra bytes are never read as another request.
+ * Every server, with or without application routes, also closes a connection whose request
+ * (line, headers and body) has not arrived whole request_timeout_ms after its first byte: a
+ * client that trickles a byte at a time resets the idle timeout at every byte and would
+ * otherwise hold its connection for ever.
+ * Refusals are counted in wxg_httpd_refused_total{reason} of `metrics`, connections closed for
+ * the deadline or for extra bytes in wxg_httpd_closed_total{reason}. */
 
 /* One request, as the handler sees it. Valid only during the handler call; read-only. */
 typedef struct wxg_httpd_req_s wxg_httpd_req_t;
@@ -100,11 +111,12 @@ typedef struct wxg_httpd_opts {
     void *ready_opaque;
     wxg_httpd_handler_fn handler; /* NULL: only the built-in paths */
     void *handler_opaque;
-    const char *handler_prefix; /* e.g. "/v1/"; required with a handler */
-    size_t max_body;            /* 0 = 1 MiB */
-    unsigned max_inflight;      /* 0 = 64 */
-    unsigned max_connections;   /* 0 = 2 * max_inflight + 16 */
-    unsigned conn_timeout_s;    /* 0 = 30 */
+    const char *handler_prefix;  /* e.g. "/v1/"; required with a handler */
+    size_t max_body;             /* 0 = 1 MiB */
+    unsigned max_inflight;       /* 0 = 64 */
+    unsigned max_connections;    /* 0 = 2 * max_inflight + 16 */
+    unsigned conn_timeout_s;     /* 0 = 30 */
+    unsigned request_timeout_ms; /* 0 = conn_timeout_s */
 } wxg_httpd_opts_t;
 
 /* Starts a server with application routes. With a handler, every connection gets a thread of its

@@ -248,7 +248,11 @@ static int redis_spawn(wxg_test_redis_t *r)
         argv[i++] = "--save";
         argv[i++] = "";
         argv[i++] = "--appendonly";
-        argv[i++] = "no";
+        argv[i++] = r->persistent ? "yes" : "no";
+        if (r->persistent) {
+            argv[i++] = "--appendfsync";
+            argv[i++] = "always";
+        }
         argv[i++] = "--logfile";
         argv[i++] = logfile;
         argv[i++] = "--daemonize";
@@ -311,6 +315,14 @@ int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary
     r->monitored_port = primary_port;
     r->password = password ? strdup(password) : NULL;
     return r->monitors && (!password || r->password) ? start_on_free_port(r) : -1;
+}
+
+int wxg_test_redis_start_persistent(wxg_test_redis_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-redis");
+    r->persistent = 1;
+    return start_on_free_port(r);
 }
 
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password)

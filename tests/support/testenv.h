@@ -55,11 +55,16 @@ typedef struct wxg_test_redis {
     int replica_of; /* a replica of the server on 127.0.0.1 at this port; 0: a primary */
     char *monitors; /* a Sentinel watching the primary of this name (see below), or NULL */
     int monitored_port;
+    int persistent; /* appendonly yes, appendfsync always: a restart keeps every write */
 } wxg_test_redis_t;
 
 /* Starts redis-server on a free port with persistence off, waits until it answers PING.
  * `password` may be NULL. Returns 0 or -1. */
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password);
+
+/* The same with persistence on (appendonly yes, appendfsync always, in r->dir), so that
+ * wxg_test_redis_restart() brings back every write acknowledged before it. No password. */
+int wxg_test_redis_start_persistent(wxg_test_redis_t *r);
 
 /* The same, as a replica of the server at 127.0.0.1:primary_port (no password). */
 int wxg_test_redis_start_replica(wxg_test_redis_t *r, int primary_port);
@@ -87,7 +92,8 @@ int wxg_test_sentinel_failover(const wxg_test_redis_t *sentinel, const char *mas
  * port and directory so that wxg_test_redis_restart() can reuse them. */
 void wxg_test_redis_kill(wxg_test_redis_t *r);
 
-/* Kills the server and starts an empty one on the same port. Returns 0 or -1. */
+/* Kills the server and starts it again on the same port: empty, unless it is persistent.
+ * Returns 0 or -1. */
 int wxg_test_redis_restart(wxg_test_redis_t *r);
 
 /* Kills the server and removes its directory. Safe on a struct that never started. */

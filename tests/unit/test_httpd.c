@@ -1,18 +1,24 @@
 /* Unit tests for lib/httpd.c: a server on 127.0.0.1 port 0 answers /metrics, /healthz and
  * /readyz (both ways) to a plain HTTP client, refuses other paths and methods, and reports
  * the port it bound; application routes get the whole request, and the body cap and the
- * in-flight limit are enforced before the handler runs. Loopback only; no external server is
- * needed. */
+ * in-flight limit are enforced before the handler runs; a client trickling its request a byte
+ * at a time is cut by the request deadline, also on a server without application routes, while
+ * others are answered. Loopback only; no external server is needed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "wxguard/httpd.h"
 #include "wxguard/metrics.h"
@@ -415,6 +421,50 @@ static void a_handler_without_a_path_prefix_is_refused(void **state)
     assert_non_null(strstr(err, "prefix"));
 }
 
+static void a_trickling_client_is_cut_by_the_request_deadline_while_others_are_served(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    /* No application routes (the consumer's metrics port); idle timeout 1 s, deadline 600 ms. */
+    wxg_httpd_opts_t o = {.listen = "127.0.0.1:0", .conn_timeout_s = 1, .request_timeout_ms = 600};
+    wxg_httpd_t *h = wxg_httpd_start_opts(&o, err, sizeof err);
+    if (h == NULL)
+        fail_msg("wxg_httpd_start_opts: %s", err);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wxg_httpd_port(h))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    static const char req[] =
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaa";
+    int64_t t0 = wxg_test_now_ms(), cut = -1;
+    /* A byte every 200 ms: well inside the idle timeout, so only the deadline can cut it. */
+    for (size_t i = 0; i < sizeof req - 1 && cut < 0; i++) {
+        if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1) {
+            cut = wxg_test_now_ms() - t0;
+            break;
+        }
+        if (i == 2) { /* meanwhile another client is answered */
+            response r;
+            assert_int_equal(http_request(wxg_httpd_port(h), "GET", "/healthz", &r), 0);
+            assert_int_equal(r.status, 200);
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 200) > 0) {
+            char c;
+            assert_true(recv(fd, &c, 1, 0) <= 0); /* closed, not answered */
+            cut = wxg_test_now_ms() - t0;
+        }
+    }
+    close(fd);
+    if (cut < 0)
+        fail_msg("still connected after %zu bytes over %lld ms", sizeof req - 1,
+                 (long long)(wxg_test_now_ms() - t0));
+    assert_true(cut >= 500);
+    assert_true(cut < 600 + 2000LL * wxg_test_scale());
+    wxg_httpd_stop(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -426,6 +476,7 @@ int main(void)
         cmocka_unit_test(bodies_over_the_cap_get_413_by_declared_and_by_streamed_size),
         cmocka_unit_test(a_request_over_the_inflight_limit_gets_503_with_retry_after),
         cmocka_unit_test(a_handler_without_a_path_prefix_is_refused),
+        cmocka_unit_test(a_trickling_client_is_cut_by_the_request_deadline_while_others_are_served),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
