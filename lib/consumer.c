@@ -102,6 +102,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock_int.h"
 #include "err_int.h"
 #include "pipeline_int.h"
 #include "recycle_int.h"
@@ -278,20 +279,6 @@ struct wxg_consumer_s {
 
 /* ---- small helpers ---- */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void latency_observe(wxg_consumer_t *c, int64_t us)
 {
     /* Quarter steps of log2: about 19% resolution, plenty for p50/p99. Bucket i holds
@@ -418,7 +405,7 @@ static void rec_release(wxg_consumer_t *c, rec *r)
     if (stale)
         atomic_fetch_add(&c->stale_finishes, 1);
     else if (!cancelled)
-        latency_observe(c, mono_us() - r->dispatched_us);
+        latency_observe(c, wxg__mono_us() - r->dispatched_us);
     rec *head = atomic_load(&c->released);
     do {
         r->fnext = head;
@@ -649,7 +636,7 @@ static void set_paused(wxg_consumer_t *c, cpart **v, size_t n, int want)
         rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition);
     rd_kafka_resp_err_t err =
         want ? rd_kafka_pause_partitions(c->rk, l) : rd_kafka_resume_partitions(c->rk, l);
-    int64_t now = mono_ms();
+    int64_t now = wxg__mono_ms();
     for (int i = 0; i < l->cnt; i++) {
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
             if (want && !v[i]->paused)
@@ -695,7 +682,7 @@ static void seek_resumed(wxg_consumer_t *c, cpart **v, size_t n)
 static int backlog_update(wxg_consumer_t *c)
 {
     int over = c->npending >= c->backlog_high;
-    int64_t now = mono_ms();
+    int64_t now = wxg__mono_ms();
     if (!over)
         c->over_since_ms = 0;
     else if (!c->over_since_ms)
@@ -778,7 +765,7 @@ static cpart *part_find(wxg_consumer_t *c, const char *topic, int32_t partition)
 /* Observes the claim-to-commit latency of every finished record below `committed`. */
 static void c2c_committed(wxg_consumer_t *c, cpart *p, int64_t committed)
 {
-    int64_t now = mono_us();
+    int64_t now = wxg__mono_us();
     pthread_mutex_lock(&p->mu);
     while (p->c2c_len > 0) {
         c2c_entry *e = &p->c2c[p->c2c_head];
@@ -837,9 +824,9 @@ static rd_kafka_resp_err_t commit_bounded(wxg_consumer_t *c,
     rd_kafka_resp_err_t err = rd_kafka_commit_queue(c->rk, offsets, q, NULL, NULL);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         err = RD_KAFKA_RESP_ERR__TIMED_OUT;
-        int64_t deadline = mono_ms() + c->conf.commit_timeout_ms;
+        int64_t deadline = wxg__mono_ms() + c->conf.commit_timeout_ms;
         for (;;) {
-            int64_t left = deadline - mono_ms();
+            int64_t left = deadline - wxg__mono_ms();
             if (left <= 0)
                 break;
             rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)left);
@@ -958,10 +945,10 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
  * Returns 1 when the budget ran out. */
 static int revoke_drain(wxg_consumer_t *c, cpart *const *v, size_t nv, int lost)
 {
-    int64_t deadline = mono_ms() + c->conf.drain_timeout_ms;
+    int64_t deadline = wxg__mono_ms() + c->conf.drain_timeout_ms;
     int timed_out = 0;
     for (size_t i = 0; c->pool && !lost && !c->closing && i < nv; i++) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - wxg__mono_ms();
         if (left < 0)
             left = 0;
         if (wxg_pool_wait_tag(c->pool, v[i]->tag, left) != 0)
@@ -1224,7 +1211,7 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
     }
     r->rkm = m;
     rec_view(r, p);
-    r->dispatched_us = mono_us();
+    r->dispatched_us = wxg__mono_us();
     r->batch = batch;
     r->part = p;
     r->ticket = ticket;
@@ -1372,7 +1359,7 @@ static int redis_down(wxg_consumer_t *c, int *probe)
         code = wcode;
         *probe = 1;
     }
-    if (bad > ok && mono_ms() - bad < REDIS_DOWN_HOLD_MS)
+    if (bad > ok && wxg__mono_ms() - bad < REDIS_DOWN_HOLD_MS)
         return code ? code : WXG_ECONN;
     return 0;
 }
@@ -1404,7 +1391,7 @@ static void check_redis(wxg_consumer_t *c)
 static void check_stalls(wxg_consumer_t *c)
 {
     int64_t limit = c->conf.stall_timeout_ms;
-    int64_t now_us = mono_us(), now = now_us / 1000;
+    int64_t now_us = wxg__mono_us(), now = now_us / 1000;
     size_t nstalled = 0;
     char reason[sizeof c->stall_reason] = "";
     for (size_t i = 0; i < c->nparts; i++) {
@@ -1847,7 +1834,7 @@ wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, char *errstr, 
         wxg__errf(errstr, errstr_size, "consumer: out of memory");
         goto fail;
     }
-    atomic_store(&c->health.ok_ms, mono_ms());
+    atomic_store(&c->health.ok_ms, wxg__mono_ms());
     if (copy_conf(c, conf, errstr, errstr_size) != 0 ||
         make_caches(c, conf->done_cache_entries, errstr, errstr_size) != 0 ||
         make_locks(c, errstr, errstr_size) != 0 || metrics_init(c, errstr, errstr_size) != 0 ||
@@ -1909,7 +1896,7 @@ static void close_bounded(wxg_consumer_t *c)
      * deliver the LeaveGroup anyway, so it gets the commit budget instead. The group then
      * notices the member gone at its session timeout, as after a crash. */
     int64_t budget = c->coord_silent ? c->conf.commit_timeout_ms : close_budget_ms(c);
-    int64_t deadline = mono_ms() + budget;
+    int64_t deadline = wxg__mono_ms() + budget;
     rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, c->rkq);
     if (e) {
         wxg_log(WXG_LOG_WARN, "close_failed", WXG_LS("kafka_err", rd_kafka_error_name(e)));
@@ -1917,7 +1904,7 @@ static void close_bounded(wxg_consumer_t *c)
         return;
     }
     while (!rd_kafka_consumer_closed(c->rk)) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - wxg__mono_ms();
         if (left <= 0) {
             c->close_timed_out = 1;
             wxg_log(WXG_LOG_WARN, "close_timeout", WXG_LI("budget_ms", budget));
@@ -1933,7 +1920,7 @@ static void shutdown_consumer(wxg_consumer_t *c)
 {
     c->stopping = 1;
     apply_pause(c);
-    int64_t deadline = mono_ms() + c->conf.drain_timeout_ms;
+    int64_t deadline = wxg__mono_ms() + c->conf.drain_timeout_ms;
     wxg_log(WXG_LOG_INFO, "draining", WXG_LI("budget_ms", c->conf.drain_timeout_ms));
     for (;;) {
         free_released(c);
@@ -1942,7 +1929,7 @@ static void shutdown_consumer(wxg_consumer_t *c)
         wxg_pool_stats(c->pool, &ps);
         if (ps.jobs == 0 && !c->pending_head)
             break;
-        if (mono_ms() >= deadline) {
+        if (wxg__mono_ms() >= deadline) {
             wxg_log(WXG_LOG_WARN, "drain_timeout", WXG_LU("left", ps.jobs + c->npending));
             break;
         }
@@ -2000,13 +1987,13 @@ int wxg_consumer_run(wxg_consumer_t *c)
     }
     wxg_log(WXG_LOG_INFO, "started", WXG_LU("workers", c->conf.workers),
             WXG_LU("capacity", c->conf.queue_capacity), WXG_LU("batch_max", c->conf.batch_max));
-    int64_t now = mono_ms();
+    int64_t now = wxg__mono_ms();
     int64_t last_store = now, last_commit = now, last_pause = 0, last_stats = now;
     int64_t last_gauges = 0, last_lag = now, last_stall = now;
     while (!c->stop && !atomic_load(&c->fatal)) {
         free_released(c);
         flush_pending(c);
-        now = mono_ms();
+        now = wxg__mono_ms();
         if (now - last_pause >= PAUSE_EVERY_MS || backlog_update(c)) {
             apply_pause(c);
             last_pause = now;
@@ -2024,7 +2011,7 @@ int wxg_consumer_run(wxg_consumer_t *c)
                 last_pause = now;
             }
         }
-        now = mono_ms();
+        now = wxg__mono_ms();
         if (now - last_store >= STORE_EVERY_MS) {
             store_offsets(c);
             last_store = now;

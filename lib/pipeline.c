@@ -46,6 +46,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock_int.h"
 #include "err_int.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
@@ -85,27 +86,6 @@ struct wxg__pl_worker {
 
 /* ---- small helpers ---- */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t backoff_ms(wxg__pl_worker_t *w, uint32_t n, int64_t initial, int64_t max)
 {
     if (n == 0)
@@ -144,7 +124,7 @@ static void drop_claim(const wxg__pipeline_conf_t *conf, wxg__pl_item_t *it)
 
 static void set_failure(wxg__pl_item_t *it, int code, const char *plugin, const char *reason)
 {
-    int64_t now = wall_ms();
+    int64_t now = wxg__wall_ms();
     if (!it->first_failure_ms)
         it->first_failure_ms = now;
     it->last_failure_ms = now;
@@ -176,7 +156,7 @@ static void requeue(wxg__pl_worker_t *w, wxg__pl_item_t *it, int phase, int64_t 
 /* A guard call that reached Redis and got its answers: Redis is reachable. */
 static void guard_ok(wxg__pl_worker_t *w)
 {
-    atomic_store(&w->conf->health->ok_ms, mono_ms());
+    atomic_store(&w->conf->health->ok_ms, wxg__mono_ms());
 }
 
 /* Keeps the first fatal error of the run for the caller, with one line that says why. */
@@ -197,7 +177,7 @@ static void guard_failed(wxg__pl_worker_t *w, int op, int rc, size_t n)
     static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
     wxg_counter_inc(w->m->guard_errors[op]);
     atomic_store(&w->conf->health->err, rc);
-    atomic_store(&w->conf->health->err_ms, mono_ms());
+    atomic_store(&w->conf->health->err_ms, wxg__mono_ms());
     wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", ops[op]), WXG_LERR(rc),
             WXG_LU("worker", w->index), WXG_LU("batch", n));
     if (wxg_err_class(rc) == WXG_CLASS_FATAL)
@@ -296,9 +276,9 @@ static void stage_claim(wxg__pl_worker_t *w)
             .key = msg->key, .key_len = strlen(msg->key), .payload_hash = msg->payload_hash};
     }
     memset(w->claims, 0, n * sizeof *w->claims);
-    int64_t t0 = mono_us();
+    int64_t t0 = wxg__mono_us();
     int rc = wxg_guard_claim_batch(w->g, w->msgs, n, w->claims);
-    wxg_histogram_observe(w->m->claim_seconds, (double)(mono_us() - t0) / 1e6);
+    wxg_histogram_observe(w->m->claim_seconds, (double)(wxg__mono_us() - t0) / 1e6);
     if (rc != 0) {
         guard_failed(w, WXG__PL_OP_CLAIM, rc, n);
         for (size_t k = 0; k < n; k++)
@@ -331,9 +311,9 @@ static int run_plugin(wxg__pl_worker_t *w, size_t s, const char *name, wxg__pl_i
     call.partition = it->rec->partition;
     call.offset = it->rec->offset;
     call.prev_result = prev ? (const char *)prev->result : NULL;
-    int64_t t0 = mono_us();
+    int64_t t0 = wxg__mono_us();
     wxg_plugin_result_t res = wxg_plugin_chain_handle(w->conf->chain, w->pt, s, it->msg, &call);
-    wxg_histogram_observe(m->plugin_seconds[s], (double)(mono_us() - t0) / 1e6);
+    wxg_histogram_observe(m->plugin_seconds[s], (double)(wxg__mono_us() - t0) / 1e6);
     int r = res == WXG_PLUGIN_OK      ? WXG__PL_OK
             : res == WXG_PLUGIN_RETRY ? WXG__PL_RETRY
                                       : WXG__PL_FAIL;
