@@ -1,13 +1,14 @@
 /* Redis faults against a private redis-server: restarted empty mid-run (also in the middle of a
  * batch), SCRIPT FLUSH, a SIGSTOP longer than the command timeout, a connection closed by the
- * server's idle timeout, and the watchdog's probe through an outage. The guard must reconnect
- * and reload its scripts, never crash, never report success for a DONE it could not write, and
- * return retriable errors while Redis is away. */
+ * server's idle timeout, the watchdog's probe through an outage, and the fixture's restart of a
+ * persistent server. The guard must reconnect and reload its scripts, never crash, never report
+ * success for a DONE it could not write, and return retriable errors while Redis is away. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <hiredis.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,6 +363,39 @@ static void unreachable_redis_at_start_is_a_retriable_connection_error(void **st
     assert_non_null(strstr(err, "127.0.0.1"));
 }
 
+/* The fixture's own promise, which the soak relies on: once wxg_test_redis_restart() returns, a
+ * persistent server serves every key it had, although loading a large append-only file takes a
+ * while during which INFO already answers and every data command gets -LOADING. */
+static void a_restarted_persistent_redis_serves_its_keys_once_the_restart_returns(void **state)
+{
+    (void)state;
+    enum { KEYS = 400000 };
+    wxg_test_redis_t r;
+    assert_int_equal(wxg_test_redis_start_persistent(&r), 0);
+    struct timeval tv = {.tv_sec = 30};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r.port, tv);
+    assert_true(c != NULL && !c->err);
+    redisSetTimeout(c, tv);
+    redisReply *rep =
+        redisCommand(c, "EVAL %s 0 %d",
+                     "for i = 1, tonumber(ARGV[1]) do redis.call('SET', 'k' .. i, i) end", KEYS);
+    assert_true(rep != NULL && rep->type != REDIS_REPLY_ERROR);
+    freeReplyObject(rep);
+    redisFree(c);
+
+    assert_int_equal(wxg_test_redis_restart(&r), 0);
+    c = redisConnectWithTimeout("127.0.0.1", r.port, tv);
+    assert_true(c != NULL && !c->err);
+    rep = redisCommand(c, "DBSIZE");
+    assert_non_null(rep);
+    if (rep->type != REDIS_REPLY_INTEGER)
+        fail_msg("DBSIZE right after the restart: %s", rep->str ? rep->str : "(not an integer)");
+    assert_int_equal(rep->integer, KEYS);
+    freeReplyObject(rep);
+    redisFree(c);
+    wxg_test_redis_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +419,7 @@ int main(void)
             an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_redis_at_start_is_a_retriable_connection_error,
                                         setup, teardown),
+        cmocka_unit_test(a_restarted_persistent_redis_serves_its_keys_once_the_restart_returns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,9 +163,11 @@ void wxg_test_rmtree(const char *path)
         nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* True when the server on `port` answers as process `pid`: INFO server names that process id.
- * A PING alone would take any server for ours, such as one that took the port between
- * wxg_test_free_port() and the exec. Every step is bounded by a 300 ms socket timeout. */
+/* True when the server on `port` answers as process `pid` and serves data: INFO server names
+ * that process id, and PING answers PONG. A PING alone would take any server for ours, such as
+ * one that took the port between wxg_test_free_port() and the exec; INFO alone answers while a
+ * restarted server still loads its append-only file, when every data command (DBSIZE, the
+ * guard's scripts) gets -LOADING. Every step is bounded by a 300 ms socket timeout. */
 static int redis_serves(int port, const char *password, pid_t pid)
 {
     struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
@@ -188,6 +190,11 @@ static int redis_serves(int port, const char *password, pid_t pid)
         errno = 0;
         long v = strtol(at + strlen("\nprocess_id:"), &end, 10);
         ok = errno == 0 && end != at && (*end == '\r' || *end == '\n') && v == (long)pid;
+    }
+    if (ok) {
+        freeReplyObject(r);
+        r = redisCommand(c, "PING");
+        ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
     }
 out:
     if (r)
