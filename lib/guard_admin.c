@@ -372,12 +372,12 @@ static int admin_cmd(wxg__guard_redis_t *rg, int argc, const char **argv, const 
         wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    rc = wxg__guard_conn_command(rg, argc, argv, lens, out, rg->last_error, rg->last_error_size);
+    wxg__guard_cmd_t cmd = {argc, argv, lens};
+    rc = wxg__guard_conn_pipeline(rg, &cmd, 1, 0, out, NULL);
     if (rc) {
         wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    rg->stats->round_trips++;
     if ((*out)->type == REDIS_REPLY_ERROR) {
         rc = wxg__guard_refusal_code(*out);
         wxg__guard_set_error(rg->handle, "Redis refused %s: %.*s", argv[0],

@@ -127,6 +127,40 @@ int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv,
     return 0;
 }
 
+int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
+                             int extra_ms, redisReply **replies, size_t *got)
+{
+    size_t k = 0;
+    int rc = 0;
+    if (extra_ms > 0 && redisSetTimeout(rg->ctx, tv_ms(rg->conf.command_timeout_ms + extra_ms)))
+        goto io_error;
+    for (size_t i = 0; i < n; i++)
+        if (redisAppendCommandArgv(rg->ctx, cmds[i].argc, cmds[i].argv, cmds[i].lens) != REDIS_OK)
+            goto io_error;
+    for (; k < n; k++) {
+        void *r = NULL;
+        errno = 0;
+        if (redisGetReply(rg->ctx, &r) != REDIS_OK || !r)
+            goto io_error;
+        replies[k] = r;
+    }
+    if (extra_ms > 0 && redisSetTimeout(rg->ctx, tv_ms(rg->conf.command_timeout_ms)))
+        goto io_error;
+    rg->stats->round_trips++;
+    if (got)
+        *got = k;
+    return 0;
+
+io_error:;
+    int saved = errno;
+    rc = wxg__guard_conn_code(rg->ctx, saved);
+    wxg__guard_set_error(rg->handle, "Redis I/O error: %s", rg->ctx->errstr);
+    wxg__guard_conn_drop(rg);
+    if (got)
+        *got = k;
+    return rc;
+}
+
 int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
 {
     for (int i = 0; i < WXG__S_COUNT; i++) {

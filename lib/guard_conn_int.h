@@ -223,6 +223,25 @@ int wxg__guard_conn_code(const redisContext *c, int saved_errno);
 int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
                             redisReply **out, char *errstr, size_t errstr_size);
 
+/* One command of a pipeline: argc binary-safe arguments. */
+typedef struct wxg__guard_cmd {
+    int argc;
+    const char **argv;
+    const size_t *lens;
+} wxg__guard_cmd_t;
+
+/* Sends the n commands (n >= 1) in one pipeline on the live connection (call
+ * wxg__guard_conn_ensure first) and reads their replies: replies[i] answers cmds[i] and is the
+ * caller's to free (freeReplyObject). extra_ms lengthens the reply deadline beyond the command
+ * timeout (a WAIT's own timeout). Counts one round trip.
+ * Returns 0 when every reply arrived (error replies included: they are replies). Otherwise the
+ * connection is dropped, the last error set and WXG_ECONN, WXG_ETIMEDOUT or WXG_ENOMEM
+ * returned; *got (may be NULL) holds how many replies arrived, replies[0..*got) are valid, and
+ * commands *got..n-1 have an unknown outcome: they may or may not have run, so the caller
+ * treats them as a timeout, never as done. */
+int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
+                             int extra_ms, redisReply **replies, size_t *got);
+
 /* (Re)loads every script into the server's script cache. 0 or an error code with errstr. */
 int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size);
 

@@ -31,7 +31,6 @@
  */
 #include "guard_conn_int.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,51 +325,51 @@ int wxg__guard_batch_build(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
  * the replies. Returns 0, or a call-level error; NOSCRIPT replies are left for the caller. */
 static int send_round(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int with_wait, long long *acks)
 {
+    wxg__guard_cmd_t *cmds = calloc(b->nchunks + 1, sizeof *cmds);
+    redisReply **replies = calloc(b->nchunks + 1, sizeof *replies);
+    size_t n = 0, got = 0;
+    int rc = WXG_ENOMEM;
+    if (!cmds || !replies) {
+        wxg__guard_set_error(rg->handle, "out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < b->nchunks; i++) {
         wxg__guard_chunk_t *c = &b->chunks[i];
         if (c->reply)
             continue;
         c->argv[1] = rg->sha[b->script];
-        if (redisAppendCommandArgv(rg->ctx, c->argc, c->argv, c->lens) != REDIS_OK)
-            goto io_error;
+        cmds[n++] = (wxg__guard_cmd_t){c->argc, c->argv, c->lens};
         rg->stats->script_calls++;
     }
+    size_t nscripts = n;
     char wn[16], wt[16];
+    const char *wargv[3] = {"WAIT", wn, wt};
+    size_t wlens[3];
     if (with_wait) {
-        snprintf(wn, sizeof wn, "%d", rg->conf.wait_replicas);
-        snprintf(wt, sizeof wt, "%d", rg->conf.wait_timeout_ms);
-        const char *argv[3] = {"WAIT", wn, wt};
-        size_t lens[3] = {4, strlen(wn), strlen(wt)};
-        if (redisAppendCommandArgv(rg->ctx, 3, argv, lens) != REDIS_OK)
-            goto io_error;
+        wlens[0] = 4;
+        wlens[1] = (size_t)snprintf(wn, sizeof wn, "%d", rg->conf.wait_replicas);
+        wlens[2] = (size_t)snprintf(wt, sizeof wt, "%d", rg->conf.wait_timeout_ms);
+        cmds[n++] = (wxg__guard_cmd_t){3, wargv, wlens};
     }
-    for (size_t i = 0; i < b->nchunks; i++) {
-        wxg__guard_chunk_t *c = &b->chunks[i];
-        if (c->reply)
+    rc = wxg__guard_conn_pipeline(rg, cmds, n, with_wait ? rg->conf.wait_timeout_ms : 0, replies,
+                                  &got);
+    /* The chunks whose replies arrived keep them, also when a later one failed: they are freed
+     * with the batch. A chunk without a reply has an unknown outcome; the call fails. */
+    size_t k = 0;
+    for (size_t i = 0; i < b->nchunks && k < nscripts; i++) {
+        if (b->chunks[i].reply)
             continue;
-        void *r = NULL;
-        errno = 0;
-        if (redisGetReply(rg->ctx, &r) != REDIS_OK || !r)
-            goto io_error;
-        c->reply = r;
+        if (k < got)
+            b->chunks[i].reply = replies[k];
+        k++;
     }
-    if (with_wait) {
-        void *r = NULL;
-        errno = 0;
-        if (redisGetReply(rg->ctx, &r) != REDIS_OK || !r)
-            goto io_error;
-        redisReply *w = r;
-        *acks = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
-        freeReplyObject(w);
+    if (rc == 0 && with_wait) {
+        *acks = replies[nscripts]->type == REDIS_REPLY_INTEGER ? replies[nscripts]->integer : -1;
+        freeReplyObject(replies[nscripts]);
     }
-    rg->stats->round_trips++;
-    return 0;
-
-io_error:;
-    int saved = errno;
-    int rc = wxg__guard_conn_code(rg->ctx, saved);
-    wxg__guard_set_error(rg->handle, "Redis I/O error: %s", rg->ctx->errstr);
-    wxg__guard_conn_drop(rg);
+out:
+    free(cmds);
+    free(replies);
     return rc;
 }
 

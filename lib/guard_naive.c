@@ -16,7 +16,6 @@
  */
 #include "guard_conn_int.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,17 +42,13 @@ static int naive_cmd(wxg__guard_redis_t *rg, int argc, const char **argv, const 
         wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    errno = 0;
-    redisReply *r = redisCommandArgv(rg->ctx, argc, argv, lens);
-    if (!r) {
-        int saved = errno;
-        rc = wxg__guard_conn_code(rg->ctx, saved);
-        wxg__guard_set_error(rg->handle, "Redis I/O error: %s", rg->ctx->errstr);
-        wxg__guard_conn_drop(rg);
+    wxg__guard_cmd_t cmd = {argc, argv, lens};
+    redisReply *r = NULL;
+    rc = wxg__guard_conn_pipeline(rg, &cmd, 1, 0, &r, NULL);
+    if (rc) {
         wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    rg->stats->round_trips++;
     if (r->type == REDIS_REPLY_ERROR) {
         wxg__guard_set_error(rg->handle, "%s: %.*s", argv[0], (int)r->len, r->str);
         freeReplyObject(r);
