@@ -159,6 +159,13 @@ wxg_guard_t *wxg__guard_new_ops(const wxg__guard_ops_t *ops, void *impl,
     g->conf.sentinel_master = NULL;
     g->conf.sentinel_user = NULL;
     g->conf.sentinel_password = NULL;
+    g->conf.tls_ca_file = NULL;
+    g->conf.tls_ca_path = NULL;
+    g->conf.tls_cert_file = NULL;
+    g->conf.tls_key_file = NULL;
+    g->conf.tls_key_password = NULL;
+    g->conf.tls_server_name = NULL;
+    g->conf.client_name = NULL;
     return g;
 }
 
@@ -210,6 +217,40 @@ void wxg_guard_conf_init(wxg_guard_conf_t *c)
     c->batch_max = 64;
     c->reconnect_min_ms = 50;
     c->reconnect_max_ms = 2000;
+    c->tls_verify = 1;
+    c->client_name = "wxguard";
+}
+
+/* 1 when `name` can be a CLIENT SETNAME argument: 1..64 printable bytes, no spaces. */
+static int client_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] <= ' ' || name[i] > '~')
+            return 0;
+    return 1;
+}
+
+/* The TLS and client-name checks; 0 or WXG_ECONFIG with errstr. */
+static int conf_check_tls(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_size)
+{
+    if (conf->client_name && !client_name_valid(conf->client_name)) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "client name must be at most 64 printable bytes without spaces");
+        return WXG_ECONFIG;
+    }
+    if ((conf->tls || conf->sentinel_tls) && conf->tls_key_file && !conf->tls_cert_file) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "a TLS client key needs its certificate (tls_cert_file)");
+        return WXG_ECONFIG;
+    }
+    if (conf->tls && conf->unix_path && !conf->sentinels) {
+        wxg__guard_errf(errstr, errstr_size, "TLS over a Unix socket is not supported");
+        return WXG_ECONFIG;
+    }
+    return 0;
 }
 
 /* The checks every design's configuration passes; 0 or WXG_EINVAL / WXG_ECONFIG with errstr. */
@@ -241,7 +282,7 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         wxg__guard_errf(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
         return WXG_ECONFIG;
     }
-    return 0;
+    return conf_check_tls(conf, errstr, errstr_size);
 }
 
 wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr, size_t errstr_size)

@@ -1,49 +1,40 @@
 /*
  * DESIGN: the guard's Redis connection, shared by the Lua and the naive design.
  *
- * Purpose: one hiredis connection per handle to the Redis primary, made ready for the designs:
- * connect (TCP or Unix socket), AUTH, SELECT, in Sentinel mode discovery of the primary and a
- * ROLE check, SCRIPT LOAD of every script and the check of the layout stamp (lib/lua/layout.lua)
- * that keeps guards with different DONE-marker geometries off one prefix. The stamp is
- * refreshed now and then so that it outlives every marker.
+ * Purpose: one connection per handle to the Redis primary (lib/rconn.c: TCP or a Unix socket,
+ * optionally TLS, deadlines on every step), made ready for the designs: connect, then in one
+ * round trip AUTH, SELECT and CLIENT SETNAME, in Sentinel mode discovery of the primary and a
+ * ROLE check, SCRIPT LOAD of every script and the check of the layout stamp
+ * (lib/lua/layout.lua) that keeps guards with different DONE-marker geometries off one prefix.
+ * The stamp is refreshed now and then so that it outlives every marker.
  *
  * Threads: the handle's thread only; no locks. The state (wxg__guard_redis_t) belongs to one
  * handle.
  *
- * Failure modes. A hiredis context is dead after any I/O error: it is freed at once and the
- * next call reconnects (immediately the first time, then with capped, jittered backoff; calls
- * made during the backoff fail fast with WXG_ECONN). A connection the server closed while it
- * was idle (restart, idle timeout) is noticed before the next call is sent and replaced at
- * once, so that call does not fail. A reconnect reloads the scripts. A READONLY answer (the
- * server was demoted by a failover) drops the connection so that the next call connects again,
- * in Sentinel mode after asking the Sentinels again. The password is only ever sent in AUTH
- * and is wiped on destroy; error texts carry Redis's reply, which never contains it.
+ * Failure modes. A connection is dead after any I/O error or timeout: it is freed at once and
+ * the next call reconnects (immediately the first time, then with capped, jittered backoff;
+ * calls made during the backoff fail fast with WXG_ECONN). A pipeline that fails part-way
+ * reports how many replies arrived; the commands after those have an unknown outcome, which
+ * the designs treat as a timeout, never as done. A connection the server closed while it was
+ * idle (restart, idle timeout) is noticed before the next call is sent and replaced at once,
+ * so that call does not fail. A reconnect reloads the scripts. A READONLY answer (the server
+ * was demoted by a failover) drops the connection so that the next call connects again, in
+ * Sentinel mode after asking the Sentinels again. The passwords are only ever sent in AUTH and
+ * are wiped on destroy, with the TLS key's pass phrase; error texts carry Redis's reply, which
+ * never contains them.
  */
 #include "guard_conn_int.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 static const char *const script_src[WXG__S_COUNT] = {
     wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
     wxg__lua_fail,  wxg__lua_inspect, wxg__lua_release,     wxg__lua_layout,
     wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,
 };
-
-static uint64_t rng_next(uint64_t *s)
-{
-    /* xorshift64*: only for backoff jitter, never for tokens. */
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 2685821657736338717ULL;
-}
 
 static char *dup_or_null(const char *s)
 {
@@ -69,62 +60,32 @@ int wxg__guard_classify_error(const char *str, size_t len)
         return WXG_EREDIS;
     if (starts_with(str, len, "NOSCRIPT"))
         return 1;
-    if (starts_with(str, len, "NOAUTH") || starts_with(str, len, "WRONGPASS") ||
-        starts_with(str, len, "NOPERM"))
-        return WXG_EAUTH;
-    return WXG_EREDIS;
+    return wxg__rconn_refusal_code(str, len);
 }
 
 /* The code a call fails with for an error reply: WXG_EAUTH for authentication and ACL
  * refusals, WXG_EREDIS for the rest (NOSCRIPT included, where it is not retried). */
 int wxg__guard_refusal_code(const redisReply *r)
 {
-    int rc = wxg__guard_classify_error(r->str, r->len);
-    return rc > 0 ? WXG_EREDIS : rc;
-}
-
-static struct timeval tv_ms(int ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    return tv;
-}
-
-/* The code for a dead context, from the errno hiredis left behind. */
-int wxg__guard_conn_code(const redisContext *c, int saved_errno)
-{
-    if (c->err == REDIS_ERR_IO &&
-        (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT ||
-         strstr(c->errstr, "temporarily unavailable") || strstr(c->errstr, "timed out")))
-        return WXG_ETIMEDOUT;
-    if (c->err == REDIS_ERR_OOM)
-        return WXG_ENOMEM;
-    return WXG_ECONN;
+    return wxg__rconn_refusal_code(r->str, r->len);
 }
 
 void wxg__guard_conn_drop(wxg__guard_redis_t *rg)
 {
-    if (rg->ctx) {
-        redisFree(rg->ctx);
-        rg->ctx = NULL;
-    }
+    wxg__rconn_free(rg->conn);
+    rg->conn = NULL;
 }
 
-/* Sends one command and reads its reply on the fresh context (connect time only). On an I/O
- * error the context is dropped. */
+/* Sends one command and reads its reply on the fresh connection (connect time only). On an I/O
+ * error the connection is dropped. */
 int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
                             redisReply **out, char *errstr, size_t errstr_size)
 {
-    errno = 0;
-    redisReply *r = redisCommandArgv(rg->ctx, argc, argv, lens);
-    if (!r) {
-        int saved = errno;
-        int rc = wxg__guard_conn_code(rg->ctx, saved);
-        wxg__guard_errf(errstr, errstr_size, "%s failed: %s", argv[0], rg->ctx->errstr);
+    int rc = wxg__rconn_command(rg->conn, rg->conf.command_timeout_ms, argc, argv, lens, out,
+                                errstr, errstr_size);
+    if (rc)
         wxg__guard_conn_drop(rg);
-        return rc;
-    }
-    *out = r;
-    return 0;
+    return rc;
 }
 
 int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
@@ -132,30 +93,17 @@ int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmd
 {
     size_t k = 0;
     int rc = 0;
-    if (extra_ms > 0 && redisSetTimeout(rg->ctx, tv_ms(rg->conf.command_timeout_ms + extra_ms)))
-        goto io_error;
-    for (size_t i = 0; i < n; i++)
-        if (redisAppendCommandArgv(rg->ctx, cmds[i].argc, cmds[i].argv, cmds[i].lens) != REDIS_OK)
-            goto io_error;
-    for (; k < n; k++) {
-        void *r = NULL;
-        errno = 0;
-        if (redisGetReply(rg->ctx, &r) != REDIS_OK || !r)
-            goto io_error;
-        replies[k] = r;
-    }
-    if (extra_ms > 0 && redisSetTimeout(rg->ctx, tv_ms(rg->conf.command_timeout_ms)))
-        goto io_error;
-    rg->stats->round_trips++;
-    if (got)
-        *got = k;
-    return 0;
-
-io_error:;
-    int saved = errno;
-    rc = wxg__guard_conn_code(rg->ctx, saved);
-    wxg__guard_set_error(rg->handle, "Redis I/O error: %s", rg->ctx->errstr);
-    wxg__guard_conn_drop(rg);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = wxg__rconn_append(rg->conn, cmds[i].argc, cmds[i].argv, cmds[i].lens);
+    if (rc)
+        wxg__guard_set_error(rg->handle, "Redis: out of memory formatting a command");
+    else
+        rc = wxg__rconn_exchange(rg->conn, rg->conf.command_timeout_ms + extra_ms, replies, &k,
+                                 rg->last_error, rg->last_error_size);
+    if (rc)
+        wxg__guard_conn_drop(rg);
+    else
+        rg->stats->round_trips++;
     if (got)
         *got = k;
     return rc;
@@ -229,41 +177,6 @@ static int check_stamp(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
     return rc;
 }
 
-/* Connects, authenticates, selects the database, loads the scripts and checks the stamp. */
-/* Sends AUTH [user] password on `c`; 0, or the error code with errstr naming `who`. */
-static int auth_on(redisContext *c, const char *who, const char *user, const char *password,
-                   char *errstr, size_t errstr_size)
-{
-    const char *argv[3];
-    size_t lens[3];
-    int argc = 0;
-    argv[argc] = "AUTH";
-    lens[argc++] = 4;
-    if (user) {
-        argv[argc] = user;
-        lens[argc++] = strlen(user);
-    }
-    argv[argc] = password;
-    lens[argc++] = strlen(password);
-    errno = 0;
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
-    if (!r) {
-        int saved = errno;
-        wxg__guard_errf(errstr, errstr_size, "AUTH to %s failed: %s", who, c->errstr);
-        return wxg__guard_conn_code(c, saved);
-    }
-    int rc = 0;
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
-         * password, and neither does ours. */
-        wxg__guard_errf(errstr, errstr_size, "%s AUTH as user '%s' failed: %.*s", who,
-                        user ? user : "default", (int)(r->len > 160 ? 160 : r->len), r->str);
-        rc = WXG_EAUTH;
-    }
-    freeReplyObject(r);
-    return rc;
-}
-
 /* Reads a {host, port} answer into host (size bytes) and *port; 0 when it is not one. */
 static int primary_addr(const redisReply *r, char *host, size_t size, int *port)
 {
@@ -283,21 +196,18 @@ static int primary_addr(const redisReply *r, char *host, size_t size, int *port)
 
 /* Asks the Sentinel on `c` (a, for the error texts) for the primary's address and keeps it in
  * cur_host/cur_port. */
-static int sentinel_query(wxg__guard_redis_t *rg, redisContext *c, const wxg__guard_sentinel_t *a,
+static int sentinel_query(wxg__guard_redis_t *rg, wxg__rconn_t *c, const wxg__guard_sentinel_t *a,
                           char *errstr, size_t errstr_size)
 {
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", rg->sentinel_master};
     size_t lens[3] = {8, 23, strlen(rg->sentinel_master)};
-    errno = 0;
-    redisReply *r = redisCommandArgv(c, 3, argv, lens);
-    if (!r) {
-        /* errno is read before wxg__guard_errf() can change it. */
-        int rc = wxg__guard_conn_code(c, errno);
-        wxg__guard_errf(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port,
-                        c->errstr);
+    redisReply *r = NULL;
+    char why[256];
+    int rc = wxg__rconn_command(c, rg->conf.command_timeout_ms, 3, argv, lens, &r, why, sizeof why);
+    if (rc) {
+        wxg__guard_errf(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port, why);
         return rc;
     }
-    int rc = 0;
     if (r->type == REDIS_REPLY_NIL) {
         rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
         wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host,
@@ -316,39 +226,29 @@ static int sentinel_query(wxg__guard_redis_t *rg, redisContext *c, const wxg__gu
     return rc;
 }
 
-/* Connects to Sentinel `i` (with AUTH when configured) and asks it for the primary's address,
- * kept in cur_host/cur_port. */
+/* Connects to Sentinel `i` (over TLS and with AUTH when configured) and asks it for the
+ * primary's address, kept in cur_host/cur_port. */
 static int sentinel_ask(wxg__guard_redis_t *rg, int i, char *errstr, size_t errstr_size)
 {
     const wxg__guard_sentinel_t *a = &rg->sent[i];
-    errno = 0;
-    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv_ms(rg->conf.connect_timeout_ms));
-    if (!c) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory creating a Sentinel context");
-        return WXG_ENOMEM;
-    }
+    wxg__rtls_conf_t tls = rg->tls;
+    tls.server_name = NULL; /* each Sentinel is verified under its own name */
+    wxg__rconn_opts_t o = {.host = a->host,
+                           .port = a->port,
+                           .connect_timeout_ms = rg->conf.connect_timeout_ms,
+                           .tls = rg->conf.sentinel_tls ? &tls : NULL,
+                           .role = "Sentinel"};
     int rc = 0;
-    if (c->err) {
-        rc = wxg__guard_conn_code(c, errno); /* read before wxg__guard_errf() can change errno */
-        wxg__guard_errf(errstr, errstr_size, "connecting to Sentinel %s:%d: %s", a->host, a->port,
-                        c->errstr);
-        goto out;
-    }
-    if (redisSetTimeout(c, tv_ms(rg->conf.command_timeout_ms)) != REDIS_OK) {
-        rc = WXG_ECONN;
-        wxg__guard_errf(errstr, errstr_size, "setting the Sentinel command timeout: %s", c->errstr);
-        goto out;
-    }
-    if (rg->sentinel_password) {
-        char who[300];
-        snprintf(who, sizeof who, "Sentinel %s:%d", a->host, a->port);
-        rc = auth_on(c, who, rg->sentinel_user, rg->sentinel_password, errstr, errstr_size);
-        if (rc)
-            goto out;
-    }
-    rc = sentinel_query(rg, c, a, errstr, errstr_size);
-out:
-    redisFree(c);
+    char who[300];
+    snprintf(who, sizeof who, "Sentinel %s:%d", a->host, a->port);
+    wxg__rconn_t *c = wxg__rconn_connect(&o, &rc, errstr, errstr_size);
+    if (!c)
+        return rc;
+    rc = wxg__rconn_hello(c, rg->conf.command_timeout_ms, who, rg->sentinel_user,
+                          rg->sentinel_password, 0, NULL, errstr, errstr_size);
+    if (rc == 0)
+        rc = sentinel_query(rg, c, a, errstr, errstr_size);
+    wxg__rconn_free(c);
     return rc;
 }
 
@@ -397,57 +297,27 @@ static int check_role(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
     return rc;
 }
 
-/* Opens the socket (TCP or Unix) to `host`:`port` or the Unix path, with the command timeout
- * and TCP keepalive set. */
-static int connect_socket(wxg__guard_redis_t *rg, const char *host, int port, char *errstr,
-                          size_t errstr_size)
+/* Opens the connection (TCP or Unix, TLS when configured) to `host`:`port` or the Unix path,
+ * then AUTH, SELECT and CLIENT SETNAME in one round trip. */
+static int open_conn(wxg__guard_redis_t *rg, const char *host, int port, char *errstr,
+                     size_t errstr_size)
 {
-    struct timeval ct = tv_ms(rg->conf.connect_timeout_ms);
-    errno = 0;
-    rg->ctx = rg->unix_path ? redisConnectUnixWithTimeout(rg->unix_path, ct)
-                            : redisConnectWithTimeout(host, port, ct);
-    if (!rg->ctx) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory creating the Redis context");
-        return WXG_ENOMEM;
-    }
-    if (rg->ctx->err) {
-        int saved = errno;
-        int rc = wxg__guard_conn_code(rg->ctx, saved);
-        if (rg->unix_path)
-            wxg__guard_errf(errstr, errstr_size, "connecting to Redis at %s: %s", rg->unix_path,
-                            rg->ctx->errstr);
-        else
-            wxg__guard_errf(errstr, errstr_size, "connecting to Redis at %s:%d: %s", host, port,
-                            rg->ctx->errstr);
+    wxg__rconn_opts_t o = {.host = host,
+                           .port = port,
+                           .unix_path = rg->unix_path,
+                           .connect_timeout_ms = rg->conf.connect_timeout_ms,
+                           .tls = rg->conf.tls ? &rg->tls : NULL};
+    int rc = 0;
+    rg->conn = wxg__rconn_connect(&o, &rc, errstr, errstr_size);
+    if (!rg->conn)
         return rc;
-    }
-    if (redisSetTimeout(rg->ctx, tv_ms(rg->conf.command_timeout_ms)) != REDIS_OK) {
-        wxg__guard_errf(errstr, errstr_size, "setting the command timeout: %s", rg->ctx->errstr);
-        return WXG_ECONN;
-    }
-    if (!rg->unix_path)
-        redisEnableKeepAlive(rg->ctx);
-    return 0;
-}
-
-/* SELECT conf.db on the fresh connection. */
-static int select_db(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
-{
-    char db[16];
-    snprintf(db, sizeof db, "%d", rg->conf.db);
-    const char *argv[2] = {"SELECT", db};
-    size_t lens[2] = {6, strlen(db)};
-    redisReply *r = NULL;
-    int rc = wxg__guard_conn_command(rg, 2, argv, lens, &r, errstr, errstr_size);
-    if (rc)
-        return rc;
-    if (r->type == REDIS_REPLY_ERROR) {
-        rc = wxg__guard_refusal_code(r);
-        wxg__guard_errf(errstr, errstr_size, "SELECT %d failed: %.*s", rg->conf.db, (int)r->len,
-                        r->str);
-    }
-    freeReplyObject(r);
-    return rc;
+    char who[300];
+    if (rg->unix_path)
+        snprintf(who, sizeof who, "Redis %s", rg->unix_path);
+    else
+        snprintf(who, sizeof who, "Redis %s:%d", host, port);
+    return wxg__rconn_hello(rg->conn, rg->conf.command_timeout_ms, who, rg->user, rg->password,
+                            rg->conf.db, rg->client_name, errstr, errstr_size);
 }
 
 /* Connects, authenticates, selects the database, checks the role (Sentinel mode), loads the
@@ -463,11 +333,7 @@ static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_siz
         host = rg->cur_host;
         port = rg->cur_port;
     }
-    int rc = connect_socket(rg, host, port, errstr, errstr_size);
-    if (rc == 0 && rg->password)
-        rc = auth_on(rg->ctx, "Redis", rg->user, rg->password, errstr, errstr_size);
-    if (rc == 0 && rg->conf.db != 0)
-        rc = select_db(rg, errstr, errstr_size);
+    int rc = open_conn(rg, host, port, errstr, errstr_size);
     if (rc == 0 && rg->nsent > 0)
         rc = check_role(rg, errstr, errstr_size);
     if (rc == 0)
@@ -482,52 +348,34 @@ static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_siz
     return 0;
 }
 
-/* Whether an idle connection was closed by the server (a restart, a failover, Redis's `timeout`
- * for idle clients, a proxy's): every reply is read before a call returns, so an idle socket
- * that polls readable holds an end of file (or a reset), never an answer. One poll() per call. */
-static int ctx_closed(const wxg__guard_redis_t *rg)
-{
-    struct pollfd p = {.fd = rg->ctx->fd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-}
-
-/* Makes sure there is a live context: reconnects when the backoff allows, else fails fast. */
+/* Makes sure there is a live connection: reconnects when the backoff allows, else fails fast. */
 int wxg__guard_conn_ensure(wxg__guard_redis_t *rg)
 {
     int64_t now = wxg__guard_mono_ms();
     /* Reconnecting now, before anything is sent, turns what would be a failed call with an
      * unknown outcome into a normal one. */
-    if (rg->ctx && ctx_closed(rg)) {
+    if (rg->conn && wxg__rconn_idle_closed(rg->conn)) {
         wxg__guard_conn_drop(rg);
-        rg->next_connect_ms = 0;
-        rg->backoff_ms = 0;
+        wxg__rbackoff_reset(&rg->backoff);
     }
-    if (rg->ctx) {
+    if (rg->conn) {
         /* Refresh the layout stamp now and then so that it outlives every marker. */
         int64_t every = rg->geom.bucket_ms < 3600000 ? rg->geom.bucket_ms : 3600000;
         if (now - rg->stamp_checked_ms < every)
             return 0;
         return check_stamp(rg, rg->last_error, rg->last_error_size);
     }
-    if (now < rg->next_connect_ms) {
+    int64_t wait = wxg__rbackoff_wait(&rg->backoff, now);
+    if (wait > 0) {
         wxg__guard_set_error(rg->handle, "Redis unreachable; next reconnect attempt in %lld ms",
-                             (long long)(rg->next_connect_ms - now));
+                             (long long)wait);
         return WXG_ECONN;
     }
     int rc = guard_connect(rg, rg->last_error, rg->last_error_size);
-    if (rc == 0) {
-        rg->backoff_ms = 0;
-        rg->next_connect_ms = 0;
-        return 0;
-    }
-    /* Capped exponential backoff with jitter: wait between half and all of the current step. */
-    int64_t step = rg->backoff_ms ? rg->backoff_ms * 2 : rg->conf.reconnect_min_ms;
-    if (step > rg->conf.reconnect_max_ms)
-        step = rg->conf.reconnect_max_ms;
-    rg->backoff_ms = step;
-    int64_t half = step / 2;
-    rg->next_connect_ms = wxg__guard_mono_ms() + half +
-                          (half > 0 ? (int64_t)(rng_next(&rg->rng) % (uint64_t)(half + 1)) : 0);
+    if (rc == 0)
+        wxg__rbackoff_reset(&rg->backoff);
+    else
+        wxg__rbackoff_failed(&rg->backoff, wxg__guard_mono_ms());
     return rc;
 }
 
@@ -595,8 +443,28 @@ static int copy_strings(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf)
     rg->user = dup_or_null(conf->user);
     rg->password = dup_or_null(conf->password);
     rg->prefix = dup_or_null(conf->prefix ? conf->prefix : "wxg:");
+    rg->client_name = conf->client_name && *conf->client_name ? strdup(conf->client_name) : NULL;
     if (!rg->host || (conf->unix_path && !rg->unix_path) || (conf->user && !rg->user) ||
-        (conf->password && !rg->password) || !rg->prefix)
+        (conf->password && !rg->password) || !rg->prefix ||
+        (conf->client_name && *conf->client_name && !rg->client_name))
+        return WXG_ENOMEM;
+    return 0;
+}
+
+/* Copies the TLS settings into rg->tls (the strings owned by rg). */
+static int copy_tls(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf)
+{
+    wxg__rtls_conf_t *t = &rg->tls;
+    t->verify = conf->tls_verify;
+    t->ca_file = dup_or_null(conf->tls_ca_file);
+    t->ca_path = dup_or_null(conf->tls_ca_path);
+    t->cert_file = dup_or_null(conf->tls_cert_file);
+    t->key_file = dup_or_null(conf->tls_key_file);
+    t->key_password = dup_or_null(conf->tls_key_password);
+    t->server_name = dup_or_null(conf->tls_server_name);
+    if ((conf->tls_ca_file && !t->ca_file) || (conf->tls_ca_path && !t->ca_path) ||
+        (conf->tls_cert_file && !t->cert_file) || (conf->tls_key_file && !t->key_file) ||
+        (conf->tls_key_password && !t->key_password) || (conf->tls_server_name && !t->server_name))
         return WXG_ENOMEM;
     return 0;
 }
@@ -641,6 +509,8 @@ int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out
     if (rc)
         goto fail;
     rc = copy_strings(rg, conf);
+    if (rc == 0)
+        rc = copy_tls(rg, conf);
     if (rc) {
         wxg__guard_errf(errstr, errstr_size, "out of memory");
         goto fail;
@@ -658,10 +528,16 @@ int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out
     rg->conf.user = rg->user;
     rg->conf.password = NULL; /* only rg->password holds it */
     rg->conf.prefix = rg->prefix;
+    rg->conf.client_name = rg->client_name;
+    rg->conf.tls_ca_file = rg->tls.ca_file;
+    rg->conf.tls_ca_path = rg->tls.ca_path;
+    rg->conf.tls_cert_file = rg->tls.cert_file;
+    rg->conf.tls_key_file = rg->tls.key_file;
+    rg->conf.tls_key_password = NULL; /* only rg->tls holds it */
+    rg->conf.tls_server_name = rg->tls.server_name;
     wxg__guard_geom_stamp(&rg->geom, rg->stamp, sizeof rg->stamp);
     snprintf(rg->layout_key, sizeof rg->layout_key, "%slayout", rg->prefix);
-    if (wxg__guard_fill_random(&rg->rng, sizeof rg->rng) != 0 || rg->rng == 0)
-        rg->rng = (uint64_t)wxg__guard_mono_ms() | 1;
+    wxg__rbackoff_init(&rg->backoff, rg->conf.reconnect_min_ms, rg->conf.reconnect_max_ms);
     *out = rg;
     return 0;
 
@@ -707,6 +583,13 @@ void wxg__guard_redis_free(wxg__guard_redis_t *rg)
     free(rg->sentinel_master);
     free(rg->sentinel_user);
     free_secret(rg->sentinel_password);
+    free(rg->client_name);
+    free((char *)rg->tls.ca_file);
+    free((char *)rg->tls.ca_path);
+    free((char *)rg->tls.cert_file);
+    free((char *)rg->tls.key_file);
+    free_secret((char *)rg->tls.key_password);
+    free((char *)rg->tls.server_name);
     free(rg);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "guard_int.h"
+#include "rconn_int.h"
 #include "wxguard/donecache.h"
 #include "wxguard/guard.h"
 
@@ -182,12 +183,12 @@ typedef struct wxg__guard_redis {
     wxg__guard_geom_t geom;
     char stamp[160];
     char layout_key[WXG__KEY_MAX];
-    redisContext *ctx; /* NULL while disconnected */
+    char *client_name;    /* NULL: no CLIENT SETNAME */
+    wxg__rtls_conf_t tls; /* the strings owned here; used when conf.tls / conf.sentinel_tls */
+    wxg__rconn_t *conn;   /* NULL while disconnected */
     char sha[WXG__S_COUNT][41];
-    int64_t next_connect_ms;
-    int64_t backoff_ms;
+    wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
-    uint64_t rng;
     /* Mixed into the near cache's fingerprints: this Redis server, database and prefix. */
     unsigned char cache_ns[WXG_DONECACHE_FP_LEN];
 } wxg__guard_redis_t;
@@ -213,10 +214,6 @@ int wxg__guard_conn_ensure(wxg__guard_redis_t *rg);
 
 /* Frees a dead connection; the next wxg__guard_conn_ensure connects again. */
 void wxg__guard_conn_drop(wxg__guard_redis_t *rg);
-
-/* The code for a dead context (WXG_ETIMEDOUT, WXG_ENOMEM or WXG_ECONN), from the errno hiredis
- * left behind. */
-int wxg__guard_conn_code(const redisContext *c, int saved_errno);
 
 /* Sends one command on the live connection and reads its reply (*out, the caller's to free).
  * On an I/O error the connection is dropped and the code returned, errstr naming argv[0]. */

@@ -17,12 +17,13 @@
  * FAILED; hand it to every downstream store that can refuse a stale writer. docs/guard.md states
  * the guarantees and what they rest on.
  *
- * Threads: a wxg_guard_t owns one Redis connection and is used by one thread at a time (hiredis
- * contexts are not thread-safe). Use one handle per worker thread. The watchdog (below) has its own
+ * Threads: a wxg_guard_t owns one Redis connection and is used by one thread at a time (its
+ * connection is not locked). Use one handle per worker thread. The watchdog (below) has its own
  * thread and its own connection and is safe to call from any thread.
  *
- * Transport: hiredis 0.14.1 has no TLS. Use a Unix socket on the same host, or a local TLS tunnel
- * (stunnel, spiped) to reach a remote Redis; the password otherwise travels in clear text.
+ * Transport: TCP or a Unix socket, optionally TLS 1.2 or newer with server verification and an
+ * optional client certificate (the tls_* members below; docs/operating.md). Every step -- the
+ * connect, the handshake, each call -- has a deadline.
  */
 #ifndef WXGUARD_GUARD_H
 #define WXGUARD_GUARD_H
@@ -70,6 +71,27 @@ typedef struct wxg_guard_conf {
     const char *sentinel_master;
     const char *sentinel_user;
     const char *sentinel_password;
+
+    /* TLS (docs/operating.md). tls != 0 connects to Redis over TLS 1.2 or newer and verifies
+     * the server's certificate against tls_ca_file / tls_ca_path (both NULL: the system's CA
+     * store) and the name tls_server_name (NULL: the host connected to), which is also sent as
+     * SNI. tls_cert_file and tls_key_file (NULL: the key is in the certificate file) give a
+     * client certificate for mutual TLS; tls_key_password unlocks an encrypted key (a secret:
+     * never logged, wiped on destroy). tls_verify = 0 accepts any server certificate (testing
+     * only). sentinel_tls != 0 reaches the Sentinels over TLS with the same files; the name
+     * verified there is each Sentinel's host. */
+    int tls;
+    const char *tls_ca_file;
+    const char *tls_ca_path;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_key_password;
+    const char *tls_server_name;
+    int tls_verify; /* default 1 */
+    int sentinel_tls;
+    /* CLIENT SETNAME on every connection, so that CLIENT LIST tells wxguard's connections
+     * apart; default "wxguard"; NULL or "" sends none. [!-~] without spaces, at most 64 bytes. */
+    const char *client_name;
 
     int64_t lease_ms;            /* claim lease, default 30000 */
     int64_t inflight_ttl_ms;     /* TTL of an in-flight record, well beyond the lease; keeps the

@@ -141,6 +141,7 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
     static const char *const rules[] = {
         "+evalsha", "+script|load", "+ping",      "+wait", "+time", "+hget", "+hset",
         "+hexists", "+pexpire",     "+pexpireat", "+pttl", "+get",  "+set",  "+getdel",
+        "+client|setname",
     };
     char pass[600], keyrule[300];
     snprintf(pass, sizeof pass, ">%s", password);
