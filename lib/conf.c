@@ -160,6 +160,35 @@ static const wxg_conf_keydef_t keys[] = {
     KSTR("redis.sentinel.password", "", 0, 512, C_ | T_, WXG_CONF_SECRET,
          "Password of the Sentinels (their requirepass), when they have one; "
          "redis.user and redis.password still authenticate to the primary."),
+    KBOOL("redis.tls", "false", C_ | T_,
+          "Connect to Redis over TLS 1.2 or newer, verifying the server's certificate "
+          "(docs/operating.md)."),
+    KSTR("redis.tls.ca.file", "", 0, 4096, C_ | T_, 0,
+         "PEM file of the CA certificates that may sign the server's certificate; with "
+         "redis.tls.ca.path also empty, the system's CA store is used."),
+    KSTR("redis.tls.ca.path", "", 0, 4096, C_ | T_, 0,
+         "Directory of hashed CA certificates (c_rehash) that may sign the server's "
+         "certificate."),
+    KSTR("redis.tls.cert.file", "", 0, 4096, C_ | T_, 0,
+         "Client certificate (PEM, chain allowed) for servers that require one (mutual TLS, "
+         "tls-auth-clients yes)."),
+    KSTR("redis.tls.key.file", "", 0, 4096, C_ | T_, 0,
+         "Private key of the client certificate (PEM); empty: the key is in "
+         "redis.tls.cert.file."),
+    KSTR("redis.tls.key.password", "", 0, 512, C_ | T_, WXG_CONF_SECRET,
+         "Pass phrase of an encrypted client key."),
+    KSTR("redis.tls.server.name", "", 0, 253, C_ | T_, 0,
+         "Name sent as SNI and checked against the server's certificate; empty: the host "
+         "connected to (redis.host, or the address a Sentinel gave)."),
+    KBOOL("redis.tls.verify", "true", C_ | T_,
+          "Verify the server's certificate and name; false accepts any certificate and is for "
+          "tests only."),
+    KBOOL("redis.sentinel.tls", "false", C_ | T_,
+          "Reach the Sentinels over TLS with the redis.tls.* files; each Sentinel's certificate "
+          "is checked against its own host name."),
+    KSTR("redis.client.name", "wxguard", 0, 64, C_ | T_, 0,
+         "Name every Redis connection gives itself (CLIENT SETNAME), as CLIENT LIST shows it; "
+         "empty sends none. Printable, no spaces."),
     KDUR("redis.connect.timeout.ms", "2s", 1, 1 * MIN, C_ | T_, "Timeout for connecting to Redis."),
     KDUR("redis.command.timeout.ms", "2s", 1, 1 * MIN, C_ | T_,
          "Timeout for one Redis command or script call."),

@@ -84,6 +84,16 @@ int wxg_conf_guard(const wxg_conf_t *conf, wxg_guard_conf_t *out, char *prefix, 
     gc.sentinel_master = optional(conf, "redis.sentinel.master");
     gc.sentinel_user = optional(conf, "redis.sentinel.user");
     gc.sentinel_password = optional(conf, "redis.sentinel.password");
+    gc.tls = wxg_conf_bool(conf, "redis.tls");
+    gc.tls_ca_file = optional(conf, "redis.tls.ca.file");
+    gc.tls_ca_path = optional(conf, "redis.tls.ca.path");
+    gc.tls_cert_file = optional(conf, "redis.tls.cert.file");
+    gc.tls_key_file = optional(conf, "redis.tls.key.file");
+    gc.tls_key_password = optional(conf, "redis.tls.key.password");
+    gc.tls_server_name = optional(conf, "redis.tls.server.name");
+    gc.tls_verify = wxg_conf_bool(conf, "redis.tls.verify");
+    gc.sentinel_tls = wxg_conf_bool(conf, "redis.sentinel.tls");
+    gc.client_name = optional(conf, "redis.client.name");
     gc.connect_timeout_ms = (int)wxg_conf_int(conf, "redis.connect.timeout.ms");
     gc.command_timeout_ms = (int)wxg_conf_int(conf, "redis.command.timeout.ms");
 

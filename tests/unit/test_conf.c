@@ -579,8 +579,15 @@ static int guard_conf_differs(const wxg_guard_conf_t *a, const wxg_guard_conf_t 
            str_differs(a->sentinels, b->sentinels) ||
            str_differs(a->sentinel_master, b->sentinel_master) ||
            str_differs(a->sentinel_user, b->sentinel_user) ||
-           str_differs(a->sentinel_password, b->sentinel_password) || a->lease_ms != b->lease_ms ||
-           a->inflight_ttl_ms != b->inflight_ttl_ms ||
+           str_differs(a->sentinel_password, b->sentinel_password) || a->tls != b->tls ||
+           str_differs(a->tls_ca_file, b->tls_ca_file) ||
+           str_differs(a->tls_ca_path, b->tls_ca_path) ||
+           str_differs(a->tls_cert_file, b->tls_cert_file) ||
+           str_differs(a->tls_key_file, b->tls_key_file) ||
+           str_differs(a->tls_key_password, b->tls_key_password) ||
+           str_differs(a->tls_server_name, b->tls_server_name) || a->tls_verify != b->tls_verify ||
+           a->sentinel_tls != b->sentinel_tls || str_differs(a->client_name, b->client_name) ||
+           a->lease_ms != b->lease_ms || a->inflight_ttl_ms != b->inflight_ttl_ms ||
            a->done_retention_ms != b->done_retention_ms ||
            a->failed_retention_ms != b->failed_retention_ms ||
            a->wait_replicas != b->wait_replicas || a->wait_timeout_ms != b->wait_timeout_ms ||
@@ -715,6 +722,11 @@ static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
     assert_null(m.guard.password);
     assert_null(m.guard.sentinels);
     assert_null(m.guard.sentinel_master);
+    assert_false(m.guard.tls);
+    assert_null(m.guard.tls_ca_file);
+    assert_null(m.guard.tls_key_password);
+    assert_true(m.guard.tls_verify);
+    assert_string_equal(m.guard.client_name, "wxguard");
     assert_string_equal(m.guard.prefix, "wxg:");
     assert_int_equal(m.guard.wait_timeout_ms, 500);
     assert_int_equal(m.consumer.format, WXG_FORMAT_AUTO);
@@ -729,6 +741,16 @@ static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
                        "redis.sentinel.master = m1\n"
                        "redis.sentinel.user = su\n"
                        "redis.sentinel.password = sp\n"
+                       "redis.tls = true\n"
+                       "redis.tls.ca.file = /etc/ca.pem\n"
+                       "redis.tls.ca.path = /etc/cas\n"
+                       "redis.tls.cert.file = /etc/client.pem\n"
+                       "redis.tls.key.file = /etc/client.key\n"
+                       "redis.tls.key.password = kp\n"
+                       "redis.tls.server.name = redis.internal\n"
+                       "redis.tls.verify = false\n"
+                       "redis.sentinel.tls = true\n"
+                       "redis.client.name = billing-1\n"
                        "redis.connect.timeout.ms = 1500\n"
                        "redis.command.timeout.ms = 3s\n"
                        "redis.probe.interval.ms = 0\n"
@@ -766,6 +788,16 @@ static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
     assert_string_equal(m.guard.sentinel_master, "m1");
     assert_string_equal(m.guard.sentinel_user, "su");
     assert_string_equal(m.guard.sentinel_password, "sp");
+    assert_true(m.guard.tls);
+    assert_string_equal(m.guard.tls_ca_file, "/etc/ca.pem");
+    assert_string_equal(m.guard.tls_ca_path, "/etc/cas");
+    assert_string_equal(m.guard.tls_cert_file, "/etc/client.pem");
+    assert_string_equal(m.guard.tls_key_file, "/etc/client.key");
+    assert_string_equal(m.guard.tls_key_password, "kp");
+    assert_string_equal(m.guard.tls_server_name, "redis.internal");
+    assert_false(m.guard.tls_verify);
+    assert_true(m.guard.sentinel_tls);
+    assert_string_equal(m.guard.client_name, "billing-1");
     assert_int_equal(m.guard.connect_timeout_ms, 1500);
     assert_int_equal(m.guard.command_timeout_ms, 3000);
     assert_string_equal(m.guard.prefix, "app:one:");
