@@ -74,6 +74,11 @@ struct wxg__rconn {
     uint64_t bytes_in, bytes_out;
     char peer[PEER_MAX]; /* "host:port" or the socket path, for error texts */
     const char *role;    /* "Redis" or "Sentinel" (static), for error texts */
+    /* TLS: no reply has arrived since the handshake yet, and whether we sent a certificate.
+     * Under TLS 1.3 a server refuses a client certificate (or its absence) only after the
+     * handshake; its alert can be lost when it resets the connection, so a failure of the
+     * first exchange names that likely cause. */
+    int tls_fresh, client_cert;
 };
 
 static void errf(char *buf, size_t size, const char *fmt, ...)
@@ -515,8 +520,11 @@ wxg__rconn_t *wxg__rconn_connect(const wxg__rconn_opts_t *o, int *rc, char *errs
         snprintf(c->peer, sizeof c->peer, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, o->port);
         code = connect_tcp(c, host, o->port, deadline, errstr, errstr_size);
     }
-    if (code == 0 && o->tls)
+    if (code == 0 && o->tls) {
         code = tls_handshake(c, o->tls, host, deadline, errstr, errstr_size);
+        c->tls_fresh = 1;
+        c->client_cert = o->tls->cert_file != NULL;
+    }
     if (code != 0)
         goto fail;
     if (rc)
@@ -653,15 +661,22 @@ static int io_failed(wxg__rconn_t *c, int st, const char *doing, char *errstr, s
              c->reader->errstr);
         return c->reader->err == REDIS_ERR_OOM ? WXG_ENOMEM : WXG_ECONN;
     }
-    if (st == IO_EOF) {
-        errf(errstr, errstr_size, "%s %s closed the connection while %s", c->role, c->peer, doing);
-        return WXG_ECONN;
-    }
-    if (c->ssl && (ERR_peek_error() != 0 || saved == 0)) {
+    if (c->ssl && st != IO_EOF && (ERR_peek_error() != 0 || saved == 0)) {
         describe_tls_failure(c, c->peer, errstr, errstr_size);
         return WXG_ECONN;
     }
-    errf(errstr, errstr_size, "%s %s: %s while %s", c->role, c->peer, strerror(saved), doing);
+    const char *hint = !c->ssl || !c->tls_fresh ? ""
+                       : c->client_cert
+                           ? " right after the TLS handshake (did it refuse the client "
+                             "certificate of redis.tls.cert.file?)"
+                           : " right after the TLS handshake (does it require a client "
+                             "certificate? set redis.tls.cert.file and redis.tls.key.file)";
+    if (st == IO_EOF)
+        errf(errstr, errstr_size, "%s %s closed the connection while %s%s", c->role, c->peer, doing,
+             hint);
+    else
+        errf(errstr, errstr_size, "%s %s: %s while %s%s", c->role, c->peer, strerror(saved), doing,
+             hint);
     return WXG_ECONN;
 }
 
@@ -691,8 +706,12 @@ int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, s
         }
         if (r) {
             replies[k++] = r;
+            c->tls_fresh = 0;
             continue;
         }
+        /* The deadline holds also for a server that keeps sending, only too slowly. */
+        if (wxg__mono_ms() >= deadline)
+            goto timeout;
         /* Send first while there is something to send, reading meanwhile whatever arrives. */
         int sending = c->out_off < c->out_len;
         int st = sending ? write_some(c) : read_some(c);

@@ -8,6 +8,8 @@
 #define _XOPEN_SOURCE 700
 #include "testenv.h"
 
+#include "rconn_int.h"
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -168,6 +170,8 @@ void wxg_test_rmtree(const char *path)
  * one that took the port between wxg_test_free_port() and the exec; INFO alone answers while a
  * restarted server still loads its append-only file, when every data command (DBSIZE, the
  * guard's scripts) gets -LOADING. Every step is bounded by a 300 ms socket timeout. */
+static int redis_serves_tls(const wxg_test_redis_t *r, pid_t pid);
+
 static int redis_serves(int port, const char *password, pid_t pid)
 {
     struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
@@ -243,11 +247,27 @@ static int redis_spawn(wxg_test_redis_t *r)
             execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
             _exit(127);
         }
-        const char *argv[32];
+        const char *argv[48];
         int i = 0;
         argv[i++] = "redis-server";
         argv[i++] = "--port";
-        argv[i++] = port;
+        argv[i++] = r->tls_dir ? "0" : port;
+        char crt[600], key[600], ca[600];
+        if (r->tls_dir) {
+            snprintf(crt, sizeof crt, "%s/%s.crt", r->tls_dir, r->tls_cert);
+            snprintf(key, sizeof key, "%s/%s.key", r->tls_dir, r->tls_cert);
+            snprintf(ca, sizeof ca, "%s/ca.crt", r->tls_dir);
+            argv[i++] = "--tls-port";
+            argv[i++] = port;
+            argv[i++] = "--tls-cert-file";
+            argv[i++] = crt;
+            argv[i++] = "--tls-key-file";
+            argv[i++] = key;
+            argv[i++] = "--tls-ca-cert-file";
+            argv[i++] = ca;
+            argv[i++] = "--tls-auth-clients";
+            argv[i++] = r->tls_auth_clients ? "yes" : "no";
+        }
         argv[i++] = "--bind";
         argv[i++] = "127.0.0.1";
         argv[i++] = "--dir";
@@ -285,7 +305,7 @@ static int redis_spawn(wxg_test_redis_t *r)
             r->pid = 0;
             return -1;
         }
-        if (redis_serves(r->port, r->password, pid))
+        if (r->tls_dir ? redis_serves_tls(r, pid) : redis_serves(r->port, r->password, pid))
             return 0;
         wxg_test_sleep_ms(50);
     }
@@ -467,10 +487,95 @@ void wxg_test_redis_stop(wxg_test_redis_t *r)
 {
     wxg_test_redis_kill(r);
     wxg_test_rmtree(r->dir);
+    free(r->tls_dir);
+    free(r->tls_cert);
+    r->tls_dir = r->tls_cert = NULL;
     free(r->dir);
     free(r->password);
     free(r->monitors);
     r->dir = NULL;
     r->password = NULL;
     r->monitors = NULL;
+}
+
+/* The same check as redis_serves() over TLS, with the test PKI's client certificate and no
+ * verification: the server may be the one with the expired or wrong-name certificate. */
+static int redis_serves_tls(const wxg_test_redis_t *r, pid_t pid)
+{
+    char ca[600], crt[600], key[600], err[256];
+    snprintf(ca, sizeof ca, "%s/ca.crt", r->tls_dir);
+    snprintf(crt, sizeof crt, "%s/client.crt", r->tls_dir);
+    snprintf(key, sizeof key, "%s/client.key", r->tls_dir);
+    wxg__rtls_conf_t tls = {.ca_file = ca, .cert_file = crt, .key_file = key, .verify = 0};
+    wxg__rconn_opts_t o = {
+        .host = "127.0.0.1", .port = r->port, .connect_timeout_ms = 300, .tls = &tls};
+    int rc = 0, ok = 0;
+    wxg__rconn_t *c = wxg__rconn_connect(&o, &rc, err, sizeof err);
+    redisReply *rep = NULL;
+    if (!c)
+        return 0;
+    const char *argv[2] = {"INFO", "server"};
+    size_t lens[2] = {4, 6};
+    if (wxg__rconn_command(c, 300, 2, argv, lens, &rep, err, sizeof err) == 0 &&
+        rep->type == REDIS_REPLY_STRING) {
+        char want[40];
+        snprintf(want, sizeof want, "\nprocess_id:%ld\r", (long)pid);
+        ok = strstr(rep->str, want) != NULL;
+    }
+    if (rep)
+        freeReplyObject(rep);
+    rep = NULL;
+    const char *ping[1] = {"PING"};
+    size_t plen[1] = {4};
+    if (ok && wxg__rconn_command(c, 300, 1, ping, plen, &rep, err, sizeof err) == 0)
+        ok = rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
+    else
+        ok = 0;
+    if (rep)
+        freeReplyObject(rep);
+    wxg__rconn_free(c);
+    return ok;
+}
+
+char *wxg_test_pki_make(void)
+{
+    char *dir = wxg_test_mkdtemp("wxg-pki");
+    const char *src = getenv("WXG_SOURCE_DIR");
+    if (!dir || !src) {
+        fprintf(stderr, "wxg_test_pki_make: no directory or no WXG_SOURCE_DIR\n");
+        free(dir);
+        return NULL;
+    }
+    char script[600];
+    snprintf(script, sizeof script, "%s/tests/support/mkpki.sh", src);
+    pid_t pid = fork();
+    if (pid < 0) {
+        free(dir);
+        return NULL;
+    }
+    if (pid == 0) {
+        execl(script, script, dir, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "wxg_test_pki_make: %s failed (status %d)\n", script, st);
+        wxg_test_rmtree(dir);
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+int wxg_test_redis_start_tls(wxg_test_redis_t *r, const char *pki, const char *cert,
+                             int auth_clients)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-redis");
+    r->tls_dir = strdup(pki);
+    r->tls_cert = strdup(cert);
+    r->tls_auth_clients = auth_clients;
+    if (!r->tls_dir || !r->tls_cert)
+        return -1;
+    return start_on_free_port(r);
 }

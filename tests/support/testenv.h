@@ -56,7 +56,25 @@ typedef struct wxg_test_redis {
     char *monitors; /* a Sentinel watching the primary of this name (see below), or NULL */
     int monitored_port;
     int persistent; /* appendonly yes, appendfsync always: a restart keeps every write */
+    /* TLS only (plain port 0, the TLS port is `port`) when tls_dir is set: the directory made
+     * by wxg_test_pki_make(), the base name of the server's certificate there ("server",
+     * "wrongname", "expired"), and whether a client certificate is required. */
+    char *tls_dir;
+    char *tls_cert;
+    int tls_auth_clients;
 } wxg_test_redis_t;
+
+/* A new directory with the test PKI (tests/support/mkpki.sh says what is in it): a CA, server
+ * certificates for localhost and 127.0.0.1 (also a wrong-name and an expired one), a client
+ * certificate, an unrelated CA. The caller frees the string and removes the directory
+ * (wxg_test_rmtree). NULL on failure, with the reason printed. */
+char *wxg_test_pki_make(void);
+
+/* Starts a TLS-only redis-server (no persistence, no password) whose certificate is
+ * `cert` ("server", "wrongname", "expired") from the PKI in `pki`, requiring a client
+ * certificate when auth_clients is 1. Returns 0 or -1. */
+int wxg_test_redis_start_tls(wxg_test_redis_t *r, const char *pki, const char *cert,
+                             int auth_clients);
 
 /* Starts redis-server on a free port with persistence off, waits until it answers PING.
  * `password` may be NULL. Returns 0 or -1. */
