@@ -205,7 +205,7 @@ static int sentinel_query(wxg__guard_redis_t *rg, wxg__rconn_t *c, const wxg__gu
     char why[256];
     int rc = wxg__rconn_command(c, rg->conf.command_timeout_ms, 3, argv, lens, &r, why, sizeof why);
     if (rc) {
-        wxg__guard_errf(errstr, errstr_size, "asking Sentinel %s:%d: %s", a->host, a->port, why);
+        wxg__guard_errf(errstr, errstr_size, "asking for the primary: %s", why);
         return rc;
     }
     if (r->type == REDIS_REPLY_NIL) {

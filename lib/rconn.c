@@ -74,11 +74,12 @@ struct wxg__rconn {
     uint64_t bytes_in, bytes_out;
     char peer[PEER_MAX]; /* "host:port" or the socket path, for error texts */
     const char *role;    /* "Redis" or "Sentinel" (static), for error texts */
-    /* TLS: no reply has arrived since the handshake yet, and whether we sent a certificate.
-     * Under TLS 1.3 a server refuses a client certificate (or its absence) only after the
-     * handshake; its alert can be lost when it resets the connection, so a failure of the
-     * first exchange names that likely cause. */
-    int tls_fresh, client_cert;
+    /* No reply has arrived yet, and whether we sent a client certificate. A connection that
+     * fails at its first exchange most likely met a server that wants something else: under
+     * TLS 1.3 a server refuses a client certificate (or its absence) only after the handshake,
+     * and its alert can be lost when it resets the connection; a TLS port resets a plain
+     * client. The error then names that likely cause. */
+    int fresh, client_cert;
 };
 
 static void errf(char *buf, size_t size, const char *fmt, ...)
@@ -522,9 +523,9 @@ wxg__rconn_t *wxg__rconn_connect(const wxg__rconn_opts_t *o, int *rc, char *errs
     }
     if (code == 0 && o->tls) {
         code = tls_handshake(c, o->tls, host, deadline, errstr, errstr_size);
-        c->tls_fresh = 1;
         c->client_cert = o->tls->cert_file != NULL;
     }
+    c->fresh = 1;
     if (code != 0)
         goto fail;
     if (rc)
@@ -665,12 +666,16 @@ static int io_failed(wxg__rconn_t *c, int st, const char *doing, char *errstr, s
         describe_tls_failure(c, c->peer, errstr, errstr_size);
         return WXG_ECONN;
     }
-    const char *hint = !c->ssl || !c->tls_fresh ? ""
-                       : c->client_cert
-                           ? " right after the TLS handshake (did it refuse the client "
-                             "certificate of redis.tls.cert.file?)"
-                           : " right after the TLS handshake (does it require a client "
-                             "certificate? set redis.tls.cert.file and redis.tls.key.file)";
+    const char *hint = "";
+    if (c->fresh && c->ssl)
+        hint = c->client_cert ? " right after the TLS handshake (did it refuse the client "
+                                "certificate of redis.tls.cert.file?)"
+                              : " right after the TLS handshake (does it require a client "
+                                "certificate? set redis.tls.cert.file and redis.tls.key.file)";
+    else if (c->fresh)
+        hint = strcmp(c->role, "Sentinel") == 0
+                   ? " at the first command (does it listen on TLS only? set redis.sentinel.tls)"
+                   : " at the first command (does it listen on TLS only? set redis.tls)";
     if (st == IO_EOF)
         errf(errstr, errstr_size, "%s %s closed the connection while %s%s", c->role, c->peer, doing,
              hint);
@@ -706,7 +711,7 @@ int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, s
         }
         if (r) {
             replies[k++] = r;
-            c->tls_fresh = 0;
+            c->fresh = 0;
             continue;
         }
         /* The deadline holds also for a server that keeps sending, only too slowly. */

@@ -2,7 +2,8 @@
  * 3-5 times in random order, with random handler times, claiming in batches. Each key must be
  * claimed and completed exactly once; every other delivery sees BUSY or DUPLICATE; a BUSY
  * delivery is retried and never counted as done; a DUPLICATE is only ever seen after the one
- * owner had started to complete. */
+ * owner had started to complete. With WXG_TEST_GUARD_TLS=1 (integration.test_guard_race_tls)
+ * the same race runs against a private TLS-only server. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -131,6 +132,9 @@ static void every_key_is_claimed_and_completed_exactly_once_under_16_threads(voi
     char prefix[64];
     wxg_guard_conf_t conf;
     gt_conf(&conf, wxg_test_redis_host(), wxg_test_redis_port(), "race", prefix, sizeof prefix);
+    /* integration.test_guard_race_tls: the same race against a private TLS-only server. */
+    wxg_test_redis_t tls_server = {0};
+    char *pki = gt_tls_target(&tls_server, &conf);
     conf.lease_ms = 60000; /* no lease may expire here: exclusivity alone is under test */
     conf.command_timeout_ms = 10000 * wxg_test_scale();
     for (int i = 0; i < NCONN; i++) {
@@ -186,6 +190,7 @@ static void every_key_is_claimed_and_completed_exactly_once_under_16_threads(voi
         pthread_mutex_destroy(&R.conns[i].mu);
     }
     free(R.deliveries);
+    gt_tls_target_stop(&tls_server, pki);
 }
 
 int main(void)

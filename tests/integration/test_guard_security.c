@@ -59,7 +59,13 @@ static void acl_user_restricted_to_the_prefix_runs_every_transition(void **state
     wxg_guard_conf_t c;
     acl_conf(f, &c, "sec:", PASSWORD);
     c.wait_replicas = 0;
+    c.client_name = "wxguard-acl-test";
     wxg_guard_t *g = gt_open(&c);
+    /* The connection named itself (CLIENT SETNAME, allowed by the documented ACL). */
+    redisReply *list = redisCommand(f->raw, "CLIENT LIST");
+    assert_non_null(list);
+    assert_non_null(strstr(list->str, "name=wxguard-acl-test"));
+    freeReplyObject(list);
     const char *key = "bot:n:42";
     wxg_guard_claim_t cl, again;
     assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &cl), 0);

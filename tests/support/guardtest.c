@@ -139,9 +139,9 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
 {
     /* The commands the guard needs: the same set as docs/guard.md §7. */
     static const char *const rules[] = {
-        "+evalsha", "+script|load", "+ping",      "+wait", "+time", "+hget", "+hset",
-        "+hexists", "+pexpire",     "+pexpireat", "+pttl", "+get",  "+set",  "+getdel",
-        "+client|setname",
+        "+evalsha", "+script|load", "+ping",    "+wait",    "+time",
+        "+hget",    "+hset",        "+hexists", "+pexpire", "+pexpireat",
+        "+pttl",    "+get",         "+set",     "+getdel",  "+client|setname",
     };
     char pass[600], keyrule[300];
     snprintf(pass, sizeof pass, ">%s", password);
@@ -164,4 +164,32 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
         fail_msg("ACL SETUSER %s: %s", user, r->str ? r->str : "unexpected reply");
     freeReplyObject(r);
     redisFree(c);
+}
+
+char *gt_tls_target(wxg_test_redis_t *srv, wxg_guard_conf_t *c)
+{
+    static char ca[600];
+    const char *on = getenv("WXG_TEST_GUARD_TLS");
+    if (!on || strcmp(on, "1") != 0)
+        return NULL;
+    char *pki = wxg_test_pki_make();
+    if (!pki)
+        fail_msg("cannot make the test certificates");
+    if (wxg_test_redis_start_tls(srv, pki, "server", 0) != 0)
+        fail_msg("cannot start a TLS redis-server");
+    snprintf(ca, sizeof ca, "%s/ca.crt", pki);
+    c->host = "127.0.0.1";
+    c->port = srv->port;
+    c->tls = 1;
+    c->tls_ca_file = ca;
+    return pki;
+}
+
+void gt_tls_target_stop(wxg_test_redis_t *srv, char *pki)
+{
+    if (!pki)
+        return;
+    wxg_test_redis_stop(srv);
+    wxg_test_rmtree(pki);
+    free(pki);
 }

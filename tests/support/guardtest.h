@@ -47,6 +47,13 @@ size_t gt_count(redisContext *c, const char *pattern);
 void gt_acl_user(const char *host, int port, const char *user, const char *password,
                  const char *keys, const char *extra);
 
+/* When the environment has WXG_TEST_GUARD_TLS=1: makes the test PKI, starts a TLS-only
+ * redis-server in *srv and points `c` at it over TLS (verifying against the test CA), and
+ * returns the PKI directory, which gt_tls_target_stop() removes. Otherwise changes nothing
+ * and returns NULL. The CA path in `c` stays valid until gt_tls_target_stop(). */
+char *gt_tls_target(wxg_test_redis_t *srv, wxg_guard_conf_t *c);
+void gt_tls_target_stop(wxg_test_redis_t *srv, char *pki);
+
 /* Whether a guard call's code is one a caller retries: the connection, a timeout, an error
  * reply, or too few WAIT acknowledgements. */
 int gt_retriable(int rc);

@@ -224,6 +224,11 @@ static int sentinel_conf(const wxg_test_redis_t *r, char *path, size_t size)
             r->port, r->dir, r->dir, r->monitors, r->monitored_port, r->monitors, r->monitors);
     if (r->password)
         fprintf(f, "requirepass %s\n", r->password);
+    if (r->tls_dir)
+        fprintf(f,
+                "port 0\ntls-port %d\ntls-cert-file %s/%s.crt\ntls-key-file %s/%s.key\n"
+                "tls-ca-cert-file %s/ca.crt\ntls-auth-clients no\ntls-replication yes\n",
+                r->port, r->tls_dir, r->tls_cert, r->tls_dir, r->tls_cert, r->tls_dir);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -267,6 +272,8 @@ static int redis_spawn(wxg_test_redis_t *r)
             argv[i++] = ca;
             argv[i++] = "--tls-auth-clients";
             argv[i++] = r->tls_auth_clients ? "yes" : "no";
+            argv[i++] = "--tls-replication"; /* a replica reaches its TLS-only primary */
+            argv[i++] = "yes";
         }
         argv[i++] = "--bind";
         argv[i++] = "127.0.0.1";
@@ -567,15 +574,33 @@ char *wxg_test_pki_make(void)
     return dir;
 }
 
+/* Sets the TLS members of a zeroed struct; 0 or -1. */
+static int tls_members(wxg_test_redis_t *r, const char *pki, const char *cert, int auth_clients)
+{
+    r->tls_dir = strdup(pki);
+    r->tls_cert = strdup(cert);
+    r->tls_auth_clients = auth_clients;
+    return r->tls_dir && r->tls_cert ? 0 : -1;
+}
+
 int wxg_test_redis_start_tls(wxg_test_redis_t *r, const char *pki, const char *cert,
                              int auth_clients)
 {
     memset(r, 0, sizeof *r);
     r->dir = wxg_test_mkdtemp("wxg-redis");
-    r->tls_dir = strdup(pki);
-    r->tls_cert = strdup(cert);
-    r->tls_auth_clients = auth_clients;
-    if (!r->tls_dir || !r->tls_cert)
+    if (tls_members(r, pki, cert, auth_clients) != 0)
+        return -1;
+    return start_on_free_port(r);
+}
+
+int wxg_test_sentinel_start_tls(wxg_test_redis_t *r, const char *master, int primary_port,
+                                const char *pki)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-sentinel");
+    r->monitors = strdup(master);
+    r->monitored_port = primary_port;
+    if (!r->monitors || tls_members(r, pki, "server", 0) != 0)
         return -1;
     return start_on_free_port(r);
 }

@@ -76,6 +76,11 @@ char *wxg_test_pki_make(void);
 int wxg_test_redis_start_tls(wxg_test_redis_t *r, const char *pki, const char *cert,
                              int auth_clients);
 
+/* A Sentinel like wxg_test_sentinel_start() (no password) that listens on TLS only and reaches
+ * the primary it monitors over TLS, both with the PKI's "server" certificate. */
+int wxg_test_sentinel_start_tls(wxg_test_redis_t *r, const char *master, int primary_port,
+                                const char *pki);
+
 /* Starts redis-server on a free port with persistence off, waits until it answers PING.
  * `password` may be NULL. Returns 0 or -1. */
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password);
