@@ -717,6 +717,54 @@ static void unreachable_redis_is_exit_3(void **state)
     run_free(&r);
 }
 
+/* wxguardctl honours the redis.tls.* keys: it inspects a message on a TLS-only server, and a
+ * CA that did not sign the server's certificate is a connection error (exit 3) naming it. */
+static void inspect_over_tls_and_a_certificate_error_is_named(void **state)
+{
+    fixture *f = *state;
+    char *pki = wxg_test_pki_make();
+    assert_non_null(pki);
+    wxg_test_redis_t srv;
+    assert_int_equal(wxg_test_redis_start_tls(&srv, pki, "server", 0), 0);
+    char ca[600], other[600], ca_set[700], other_set[700], addr[64];
+    snprintf(ca, sizeof ca, "%s/ca.crt", pki);
+    snprintf(other, sizeof other, "%s/other-ca.crt", pki);
+    snprintf(ca_set, sizeof ca_set, "redis.tls.ca.file=%s", ca);
+    snprintf(other_set, sizeof other_set, "redis.tls.ca.file=%s", other);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", srv.port);
+    wxg_guard_conf_t c = f->conf;
+    c.port = srv.port;
+    c.tls = 1;
+    c.tls_ca_file = ca;
+    wxg_guard_t *g = gt_open(&c);
+    wxg_guard_claim_t cl;
+    assert_int_equal(wxg_guard_claim(g, "botT:n:1", 8, NULL, &cl), 0);
+    assert_int_equal(wxg_guard_complete(g, &cl.ticket, NULL), 0);
+    wxg_guard_claim_clear(&cl);
+    wxg_guard_destroy(g);
+
+    run_result r = run_ctl(f, NULL,
+                           (const char *const[]){"inspect", "--json", "--redis", addr, "--set",
+                                                 f->prefix_set, "--set", "redis.tls=true", "--set",
+                                                 ca_set, "--quiet", "botT:n:1", NULL});
+    assert_int_equal(r.status, 0);
+    cJSON *doc = parse_json(&r);
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "messages"), 0);
+    assert_string_equal(jstr(m, "state"), "DONE");
+    cJSON_Delete(doc);
+    run_free(&r);
+
+    r = run_ctl(f, NULL,
+                (const char *const[]){"inspect", "--redis", addr, "--set", f->prefix_set, "--set",
+                                      "redis.tls=true", "--set", other_set, "botT:n:1", NULL});
+    assert_int_equal(r.status, 3);
+    assert_non_null(strstr(r.err, "not signed by a trusted CA"));
+    run_free(&r);
+    wxg_test_redis_stop(&srv);
+    wxg_test_rmtree(pki);
+    free(pki);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -733,6 +781,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             redrive_reproduces_original_bytes_and_the_guard_runs_it_once, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_redis_is_exit_3, setup, teardown),
+        cmocka_unit_test_setup_teardown(inspect_over_tls_and_a_certificate_error_is_named, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
