@@ -692,21 +692,74 @@ static void discard_pending(wxg__rconn_t *c)
     c->pending = 0;
 }
 
-int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, size_t *got,
-                        char *errstr, size_t errstr_size)
+/* Moves bytes once: writes what is left to send (reading meanwhile whatever arrives when the
+ * socket is full, so that replies to what was sent free the server's buffers), or, with
+ * nothing left to send, reads. Waits for the socket when it can do neither. 0 on progress or
+ * after a wait; WXG_ETIMEDOUT at the deadline; else the connection failed (errstr, dead). The
+ * deadline holds also for a server that keeps sending, only too slowly. */
+static int step(wxg__rconn_t *c, int64_t deadline, char *errstr, size_t errstr_size)
+{
+    if (wxg__mono_ms() >= deadline)
+        return WXG_ETIMEDOUT;
+    int sending = c->out_off < c->out_len;
+    int st = sending ? write_some(c) : read_some(c);
+    if (sending && st == IO_WANT_WRITE) {
+        int rs = read_some(c);
+        if (rs == IO_DONE)
+            return 0;
+        if (rs != IO_WANT_READ)
+            return io_failed(c, rs, "sending", errstr, errstr_size);
+        return wait_fd(c->fd, POLLOUT | POLLIN, deadline);
+    }
+    if (st == IO_DONE)
+        return 0;
+    if (st == IO_WANT_READ || st == IO_WANT_WRITE)
+        return wait_fd(c->fd, st == IO_WANT_READ ? POLLIN : POLLOUT, deadline);
+    return io_failed(c, st, sending ? "sending" : "reading replies", errstr, errstr_size);
+}
+
+/* Ends a failed exchange: the connection is dead and what was appended is dropped. */
+static int exchange_failed(wxg__rconn_t *c, int rc, size_t k, char *errstr, size_t errstr_size)
+{
+    c->dead = 1;
+    if (rc == WXG_ETIMEDOUT)
+        errf(errstr, errstr_size, "%s %s: no reply by the deadline (%zu of %zu arrived)", c->role,
+             c->peer, k, c->pending);
+    discard_pending(c);
+    return rc;
+}
+
+int wxg__rconn_flush(wxg__rconn_t *c, int64_t deadline_ms, char *errstr, size_t errstr_size)
+{
+    if (c->dead) {
+        errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
+        discard_pending(c);
+        return WXG_ECONN;
+    }
+    while (c->out_off < c->out_len) {
+        int rc = step(c, deadline_ms, errstr, errstr_size);
+        if (rc)
+            return exchange_failed(c, rc, 0, errstr, errstr_size);
+    }
+    return 0;
+}
+
+int wxg__rconn_collect(wxg__rconn_t *c, int64_t deadline_ms, redisReply **replies, size_t *got,
+                       char *errstr, size_t errstr_size)
 {
     size_t want = c->pending, k = 0;
     int rc = 0;
     if (c->dead) {
         errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
         rc = WXG_ECONN;
+        discard_pending(c);
         goto out;
     }
-    int64_t deadline = wxg__mono_ms() + (timeout_ms > 0 ? timeout_ms : 1);
     while (k < want) {
         void *r = NULL;
         if (redisReaderGetReply(c->reader, &r) != REDIS_OK) {
-            rc = io_failed(c, IO_ERROR, "reading", errstr, errstr_size);
+            rc = exchange_failed(c, io_failed(c, IO_ERROR, "reading", errstr, errstr_size), k,
+                                 errstr, errstr_size);
             goto out;
         }
         if (r) {
@@ -714,46 +767,29 @@ int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, s
             c->fresh = 0;
             continue;
         }
-        /* The deadline holds also for a server that keeps sending, only too slowly. */
-        if (wxg__mono_ms() >= deadline)
-            goto timeout;
-        /* Send first while there is something to send, reading meanwhile whatever arrives. */
-        int sending = c->out_off < c->out_len;
-        int st = sending ? write_some(c) : read_some(c);
-        if (sending && st == IO_WANT_WRITE) {
-            int rs = read_some(c); /* replies to what was sent free the server's buffers */
-            if (rs == IO_DONE)
-                continue;
-            if (rs != IO_WANT_READ) {
-                rc = io_failed(c, rs, "sending", errstr, errstr_size);
-                goto out;
-            }
-            short ev = POLLOUT | POLLIN;
-            if (wait_fd(c->fd, ev, deadline) != 0)
-                goto timeout;
-            continue;
+        rc = step(c, deadline_ms, errstr, errstr_size);
+        if (rc) {
+            rc = exchange_failed(c, rc, k, errstr, errstr_size);
+            goto out;
         }
-        if (st == IO_DONE)
-            continue;
-        if (st == IO_WANT_READ || st == IO_WANT_WRITE) {
-            if (wait_fd(c->fd, st == IO_WANT_READ ? POLLIN : POLLOUT, deadline) != 0)
-                goto timeout;
-            continue;
-        }
-        rc = io_failed(c, st, sending ? "sending" : "reading replies", errstr, errstr_size);
-        goto out;
     }
-    goto out;
-timeout:
-    c->dead = 1;
-    rc = WXG_ETIMEDOUT;
-    errf(errstr, errstr_size, "%s %s: no reply within %d ms (%zu of %zu arrived)", c->role, c->peer,
-         timeout_ms, k, want);
+    c->out_len = c->out_off = c->pending = 0;
 out:
-    if (rc)
-        discard_pending(c);
-    else
-        c->out_len = c->out_off = c->pending = 0;
+    if (got)
+        *got = k;
+    return rc;
+}
+
+int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, size_t *got,
+                        char *errstr, size_t errstr_size)
+{
+    int64_t deadline = wxg__mono_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+    size_t want = c->pending, k = 0;
+    /* Collecting also sends: one loop moves both ways, and replies wait in the reader. */
+    int rc = wxg__rconn_collect(c, deadline, replies, &k, errstr, errstr_size);
+    if (rc == WXG_ETIMEDOUT)
+        errf(errstr, errstr_size, "%s %s: no reply within %d ms (%zu of %zu arrived)", c->role,
+             c->peer, timeout_ms, k, want);
     if (got)
         *got = k;
     return rc;
@@ -860,6 +896,16 @@ int wxg__rconn_idle_closed(wxg__rconn_t *c)
     }
     c->dead = 1;
     return 1;
+}
+
+int wxg__rconn_dead(const wxg__rconn_t *c)
+{
+    return c->dead;
+}
+
+const char *wxg__rconn_peer(const wxg__rconn_t *c)
+{
+    return c->peer;
 }
 
 void wxg__rconn_bytes(const wxg__rconn_t *c, uint64_t *out, uint64_t *in)

@@ -70,6 +70,22 @@ int wxg__rconn_append(wxg__rconn_t *c, int argc, const char **argv, const size_t
 int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, size_t *got,
                         char *errstr, size_t errstr_size);
 
+/* The two halves of an exchange, for pipelines to several servers at once: flush every
+ * connection first (each server then works on its commands while the others are written),
+ * then collect from each. flush writes all appended commands by the monotonic deadline_ms
+ * (wxg__mono_ms), reading replies into the reader meanwhile when the socket is full. collect
+ * reads the replies of every command appended, sending what flush had not. Their results and
+ * failures are those of wxg__rconn_exchange. */
+int wxg__rconn_flush(wxg__rconn_t *c, int64_t deadline_ms, char *errstr, size_t errstr_size);
+int wxg__rconn_collect(wxg__rconn_t *c, int64_t deadline_ms, redisReply **replies, size_t *got,
+                       char *errstr, size_t errstr_size);
+
+/* 1 when the connection failed and must be freed. */
+int wxg__rconn_dead(const wxg__rconn_t *c);
+
+/* "host:port" or the socket path, for error texts; valid as long as the connection. */
+const char *wxg__rconn_peer(const wxg__rconn_t *c);
+
 /* One command, one reply (*out, the caller's): append + exchange. */
 int wxg__rconn_command(wxg__rconn_t *c, int timeout_ms, int argc, const char **argv,
                        const size_t *lens, redisReply **out, char *errstr, size_t errstr_size);
