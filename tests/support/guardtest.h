@@ -10,6 +10,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "testenv.h"
 #include "wxguard/guard.h"
@@ -46,6 +47,10 @@ size_t gt_count(redisContext *c, const char *pattern);
  * replicated: call it on every server the guard may reach. */
 void gt_acl_user(const char *host, int port, const char *user, const char *password,
                  const char *keys, const char *extra);
+
+/* Asserts that a fencing token is a server time in microseconds (docs/guard.md §3.4) within a
+ * minute of this machine's clock (the test servers run on this machine). */
+void gt_assert_fence_is_now(uint64_t fence);
 
 /* Whether a guard call's code is one a caller retries: the connection, a timeout, an error
  * reply, or too few WAIT acknowledgements. */
