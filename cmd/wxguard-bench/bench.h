@@ -56,6 +56,13 @@ double wxgb_redis_cpu_s(struct redisContext *c);
  * administration), so that the commands scripts run are counted. */
 double wxgb_data_calls(struct redisContext *c);
 
+/* wxguard-bench guard --rate (bench_rate.c): memory per DONE marker at the steady-state density
+ * of each rate in `rates` (a comma-separated list of messages/s) with the layout the guard
+ * chooses for it, `markers` markers per rate, on the empty database `admin` is connected to
+ * (flushed between rates). Prints a table; returns the exit status. */
+int wxgb_rate_run(struct redisContext *admin, const char *host, int port, int db, const char *rates,
+                  uint64_t markers);
+
 /* Shared helpers (main.c). */
 int64_t wxgb_now_us(void);
 /* Parses "1,4,8,16" into out (at most max values, each 1..1024); returns the count or -1. */
