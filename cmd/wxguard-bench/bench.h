@@ -13,6 +13,7 @@ int wxgb_e2e_main(int argc, char **argv);
 int wxgb_feed_main(int argc, char **argv);
 int wxgb_post_main(int argc, char **argv);
 int wxgb_hostile_main(int argc, char **argv);
+int wxgb_protocol_main(int argc, char **argv);
 
 /* One callback record of a generated stream (bench_kafka.c). */
 typedef struct wxgb_rec {
