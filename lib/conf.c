@@ -59,6 +59,8 @@ extern char **environ;
 static int check_key_prefix(const char *value, char *errstr, size_t errstr_size);
 static int check_topic(const char *value, char *errstr, size_t errstr_size);
 static int check_topic_list(const char *value, char *errstr, size_t errstr_size);
+static int check_rate(const char *value, char *errstr, size_t errstr_size);
+static int check_power_of_two(const char *value, char *errstr, size_t errstr_size);
 
 /* One line per key (clang-format may wrap it). Each helper fills the fields its type needs. */
 // clang-format off
@@ -221,6 +223,32 @@ static const wxg_conf_keydef_t keys[] = {
          "before the offset may pass it, and wxguardctl's release, purge and redrive; 0 does "
          "not wait."),
     KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_ | T_, "Timeout of that WAIT."),
+    {.name = "guard.done.expected.rate",
+     .type = WXG_CONF_STRING,
+     .def = "1000",
+     .min = 1,
+     .max = 32,
+     .programs = C_ | T_,
+     .desc = "Finished messages per second expected across all replicas (a decimal number, "
+             "e.g. 0.17 for 100,000 a week). It sizes the compact DONE markers' buckets so that "
+             "each holds about 64 markers: far above the real rate, buckets stay sparse and "
+             "every marker costs more memory; far below it, buckets outgrow Redis's compact "
+             "encoding. Every replica and wxguardctl on one prefix must use the same value "
+             "(the layout is stamped in Redis; a value that gives another one is refused at "
+             "start-up).",
+     .check = check_rate},
+    {.name = "guard.shards",
+     .type = WXG_CONF_INT,
+     .def = "1024",
+     .min = 1,
+     .max = 65536,
+     .programs = C_ | T_,
+     .desc = "Hash-tag shards of the guard's keys (a power of two): one message's keys share "
+             "one shard, and the DONE buckets of all messages spread over all of them, so that "
+             "a Redis Cluster spreads the guard over its primaries when this is well above "
+             "their number. Part of the stamped layout: keep 16 on a prefix written by a "
+             "version before this key existed.",
+     .check = check_power_of_two},
     /* The upper bound is WXG_DONECACHE_MAX_ENTRIES (include/wxguard/donecache.h). */
     KINT("guard.done.cache.entries", "65536", 0, 67108864, C_,
          "Messages this replica completed that it remembers in memory (32 bytes each), so that "
@@ -815,6 +843,30 @@ int wxg_conf_parse_addr(const char *s, char *host, size_t host_size, int *port)
     memcpy(host, h, hlen);
     host[hlen] = '\0';
     *port = (int)p;
+    return 0;
+}
+
+static int check_rate(const char *value, char *errstr, size_t errstr_size)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno != 0 || end == value || *end != '\0' || !(v > 0) || v > 1e9) {
+        wxg__errf(errstr, errstr_size, "not a rate: a positive decimal number up to 1e9");
+        return WXG_EINVAL;
+    }
+    return 0;
+}
+
+static int check_power_of_two(const char *value, char *errstr, size_t errstr_size)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || v == 0 || (v & (v - 1)) != 0) {
+        wxg__errf(errstr, errstr_size, "not a power of two");
+        return WXG_EINVAL;
+    }
     return 0;
 }
 

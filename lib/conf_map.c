@@ -17,6 +17,7 @@
  * table refuses it already, so this is a second line), WXG_ECONFIG.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "err_int.h"
@@ -105,6 +106,12 @@ int wxg_conf_guard(const wxg_conf_t *conf, wxg_guard_conf_t *out, char *prefix, 
     gc.wait_replicas = (int)wxg_conf_int(conf, "guard.wait.replicas");
     gc.wait_timeout_ms = (int)wxg_conf_int(conf, "guard.wait.timeout.ms");
     gc.batch_max = (int)wxg_conf_int(conf, "consumer.batch.max");
+    /* The compact markers' geometry (checked by the table: a positive rate, a power of two). */
+    gc.done_expected_rate = strtod(wxg_conf_get(conf, "guard.done.expected.rate"), NULL);
+    int64_t shards = wxg_conf_int(conf, "guard.shards");
+    gc.shard_bits = 0;
+    while (gc.shard_bits < 16 && (1LL << gc.shard_bits) < shards)
+        gc.shard_bits++;
 
     *out = gc;
     return 0;

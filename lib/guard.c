@@ -213,7 +213,7 @@ void wxg_guard_conf_init(wxg_guard_conf_t *c)
     c->wait_timeout_ms = 100;
     c->done_expected_rate = 1000.0;
     c->done_bucket_target = 64;
-    c->shard_bits = 4;
+    c->shard_bits = 10;
     c->batch_max = 64;
     c->reconnect_min_ms = 50;
     c->reconnect_max_ms = 2000;

@@ -94,12 +94,14 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out)
     if (r && r->type == REDIS_REPLY_INTEGER) {
         /* The common answers come as one integer (lib/lua/claim.lua): converting a nested reply
          * costs Redis more than the claim's own commands. */
-        switch (r->integer) {
-        case 1:
+        if (r->integer < 0) {
+            /* A new record: the answer is its fence, negated. */
             out->outcome = WXG_GUARD_CLAIMED;
-            out->ticket.fence = 1;
+            out->ticket.fence = (uint64_t)-r->integer;
             out->attempt = 1;
             return 0;
+        }
+        switch (r->integer) {
         case 2:
         case 3:
             out->outcome = WXG_GUARD_DUPLICATE;

@@ -13,6 +13,7 @@ int wxgb_e2e_main(int argc, char **argv);
 int wxgb_feed_main(int argc, char **argv);
 int wxgb_post_main(int argc, char **argv);
 int wxgb_hostile_main(int argc, char **argv);
+int wxgb_protocol_main(int argc, char **argv);
 
 /* One callback record of a generated stream (bench_kafka.c). */
 typedef struct wxgb_rec {
@@ -55,6 +56,13 @@ double wxgb_redis_cpu_s(struct redisContext *c);
 /* Data commands Redis has run so far (INFO commandstats without script calls themselves and
  * administration), so that the commands scripts run are counted. */
 double wxgb_data_calls(struct redisContext *c);
+
+/* wxguard-bench guard --rate (bench_rate.c): memory per DONE marker at the steady-state density
+ * of each rate in `rates` (a comma-separated list of messages/s) with the layout the guard
+ * chooses for it, `markers` markers per rate, on the empty database `admin` is connected to
+ * (flushed between rates). Prints a table; returns the exit status. */
+int wxgb_rate_run(struct redisContext *admin, const char *host, int port, int db, const char *rates,
+                  uint64_t markers);
 
 /* Shared helpers (main.c). */
 int64_t wxgb_now_us(void);

@@ -278,6 +278,7 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         goto out;
     }
     double cpu0 = wxgb_redis_cpu_s(admin), calls0 = wxgb_data_calls(admin);
+    double mem0 = wxgb_info_field(admin, "memory", "used_memory");
     double self0 = self_cpu_s(), broker0 = proc_cpu_s(o->broker_pid);
     pthread_t th;
     pthread_create(&th, NULL, run_consumer, c);
@@ -321,7 +322,12 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     }
     wxg_consumer_stats(c, &st); /* before the pool goes away with the shutdown */
     double cpu1 = wxgb_redis_cpu_s(admin), calls1 = wxgb_data_calls(admin);
+    double mem1 = wxgb_info_field(admin, "memory", "used_memory");
     double self1 = self_cpu_s(), broker1 = proc_cpu_s(o->broker_pid);
+    /* What the run left in Redis (DONE markers, layout stamp, anything not cleaned up): with a
+     * Redis of its own, used_memory growth per unique message of the stream. */
+    fprintf(stderr, "e2e %s, %d workers: used_memory grew by %.0f bytes over %llu records\n", tag,
+            workers, mem1 - mem0, (unsigned long long)o->messages);
     wxg_consumer_stop(c);
     pthread_join(th, NULL);
     wxg_consumer_destroy(c);
@@ -363,8 +369,11 @@ static int prepare(const e2e_opts *o, int run, uint64_t light_rate, char *topic,
     wxgb_rec_t *recs = calloc(o->messages, sizeof *recs);
     if (!recs)
         return -1;
-    wxgb_make_stream(recs, o->messages, o->partitions, o->dup, 500,
-                     7400000000000000000ULL + (uint64_t)run * 100000000ULL, 1, 17u + (unsigned)run);
+    int unique = wxgb_make_stream(recs, o->messages, o->partitions, o->dup, 500,
+                                  7400000000000000000ULL + (uint64_t)run * 100000000ULL, 1,
+                                  17u + (unsigned)run);
+    fprintf(stderr, "e2e: run %d: %llu records, %d unique\n", run, (unsigned long long)o->messages,
+            unique);
     if (light_rate) {
         *recs_out = recs;
         return 0;

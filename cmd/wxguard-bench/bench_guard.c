@@ -1,9 +1,14 @@
 /*
  * wxguard-bench guard: what the idempotency guard costs Redis, beside a naive design.
  *
- * Real design: the wxguard guard (claim and complete as batched Lua script calls, compact
- * time-bucketed DONE markers). Naive design: two round trips per message, SET key owner NX PX
- * <lease> to claim and SET key D EX <retention> to mark DONE, one key per marker.
+ * Real design ("lua"): the wxguard guard (claim and complete as batched Lua script calls,
+ * compact time-bucketed DONE markers). Naive design: two round trips per message, SET key owner
+ * NX PX <lease> to claim and SET key D EX <retention> to mark DONE, one key per marker. Seed
+ * design: the Node.js middleware wxguard replaced, four plain round trips per message (GET
+ * processed:<key>; SET lock:<key> NX PX; the handler; SET processed:<key> EX 7d; DEL lock:<key>)
+ * with 64 messages in flight per connection, i.e. each step of 64 messages in one round trip.
+ * --dup R makes a share R of the lua and seed designs' deliveries repeat a message completed
+ * one or two batches earlier; --rate (bench_rate.c) measures memory per marker at a rate.
  *
  * For each thread count it measures claim+complete pairs per second, Redis CPU per message (the
  * server's used_cpu_sys + used_cpu_user before and after) and round trips per message, and runs
@@ -29,7 +34,7 @@
 #include "bench.h"
 #include "wxguard/guard.h"
 
-enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2, DESIGN_DUP = 4 };
+enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2, DESIGN_DUP = 4, DESIGN_SEED = 8 };
 
 typedef struct opts {
     const char *host;
@@ -44,6 +49,8 @@ typedef struct opts {
     uint64_t rb_requests;
     int memory_threads;
     int64_t bucket_ms; /* 0 = the guard's default (one bucket per retention) */
+    double dup;        /* share of repeated deliveries in the lua and seed rows */
+    int rounds;        /* rounds of the whole table, designs alternating */
 } opts;
 
 typedef struct job {
@@ -157,6 +164,22 @@ static int make_key(char *buf, size_t size, unsigned run, int tid, uint64_t i)
                     7300000000000000000ULL + (unsigned long long)run * 1000000000ULL + i);
 }
 
+/* The key of delivery i of a thread's stream: a share o->dup of deliveries repeat a message that
+ * was delivered one or two batches of 64 earlier (so it is DONE by then), the others are new.
+ * *unique counts the new ones. Deterministic, so that every design sees the same stream. */
+static int delivery_key(const opts *o, char *buf, size_t size, unsigned run, int tid, uint64_t i,
+                        uint64_t *unique)
+{
+    uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    double u01 = (double)(h >> 11) / 9007199254740992.0;
+    if (o->dup > 0 && *unique >= 128 && u01 < o->dup)
+        return make_key(buf, size, run, tid, *unique - 64 - (h % 64));
+    return make_key(buf, size, run, tid, (*unique)++);
+}
+
 /* The wxguard design. DESIGN_REAL claims fresh keys and completes the ones it claimed;
  * DESIGN_DUP claims keys that an earlier run (same run number) completed, so every claim must
  * answer DUPLICATE. */
@@ -179,10 +202,13 @@ static void *guard_worker(void *arg)
     if (!keys || !msgs || !out || !t || !res)
         die("out of memory");
     unsigned char hash[32] = {1, 2, 3};
+    uint64_t unique = 0;
     for (uint64_t done = 0; done < j->count;) {
         size_t n = j->count - done < (uint64_t)B ? (size_t)(j->count - done) : (size_t)B;
         for (size_t i = 0; i < n; i++) {
-            int kl = make_key(keys[i], sizeof keys[i], j->run, j->tid, done + i);
+            int kl = dup ? make_key(keys[i], sizeof keys[i], j->run, j->tid, done + i)
+                         : delivery_key(j->o, keys[i], sizeof keys[i], j->run, j->tid, done + i,
+                                        &unique);
             msgs[i] = (wxg_guard_msg_t){keys[i], (size_t)kl, hash};
         }
         rc = wxg_guard_claim_batch(g, msgs, n, out);
@@ -197,7 +223,7 @@ static void *guard_worker(void *arg)
                 j->failures += out[i].outcome != WXG_GUARD_DUPLICATE;
             else if (out[i].outcome == WXG_GUARD_CLAIMED)
                 t[nt++] = out[i].ticket;
-            else
+            else if (out[i].outcome != WXG_GUARD_DUPLICATE || j->o->dup <= 0)
                 j->failures++;
         }
         if (!dup) {
@@ -263,6 +289,75 @@ static void *naive_worker(void *arg)
                 freeReplyObject(rr);
             }
             j->round_trips++;
+        }
+        done += n;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+/* Reads n replies; counts those of the wrong type (want: a REDIS_REPLY_* type, or -1 for any
+ * non-error reply) and stores in ok[i] whether reply i was a nil (nil_ok) or a non-nil. */
+static void seed_replies(redisContext *c, size_t n, int nil_ok, unsigned char *ok, job *j)
+{
+    for (size_t i = 0; i < n; i++) {
+        void *r = NULL;
+        if (redisGetReply(c, &r) != REDIS_OK || !r)
+            die("seed: %s", c->errstr);
+        redisReply *rr = r;
+        if (rr->type == REDIS_REPLY_ERROR)
+            j->failures++;
+        if (ok)
+            ok[i] = nil_ok ? rr->type == REDIS_REPLY_NIL : rr->type != REDIS_REPLY_NIL;
+        freeReplyObject(rr);
+    }
+    j->round_trips++;
+}
+
+/* The seed's design with 64 messages in flight: each of its four steps for a batch of 64
+ * deliveries in one round trip (GET processed; SET lock NX PX for the unprocessed; the handler,
+ * which does nothing; SET processed EX 7d and DEL lock for the locked ones). */
+static void *seed_worker(void *arg)
+{
+    job *j = arg;
+    redisContext *c = connect_admin(j->o);
+    enum { D = 64 };
+    char keys[D][64], pk[D][96], lk[D][96], owner[40];
+    unsigned char fresh[D], locked[D];
+    uint64_t unique = 0;
+    for (uint64_t done = 0; done < j->count;) {
+        size_t n = j->count - done < D ? (size_t)(j->count - done) : D;
+        for (size_t i = 0; i < n; i++) {
+            delivery_key(j->o, keys[i], sizeof keys[i], j->run, j->tid, done + i, &unique);
+            snprintf(pk[i], sizeof pk[i], "seed:processed:%.63s", keys[i]);
+            snprintf(lk[i], sizeof lk[i], "seed:lock:%.63s", keys[i]);
+            redisAppendCommand(c, "GET %s", pk[i]);
+        }
+        seed_replies(c, n, 1, fresh, j);
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!fresh[i])
+                continue;
+            snprintf(owner, sizeof owner, "%016llx", (unsigned long long)(done + i));
+            redisAppendCommand(c, "SET %s %s NX PX 30000", lk[i], owner);
+            m++;
+        }
+        if (m > 0) {
+            seed_replies(c, m, 0, locked, j);
+            size_t k = 0, w = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (fresh[i] && locked[k++]) {
+                    redisAppendCommand(c, "SET %s 1 EX 604800", pk[i]);
+                    w++;
+                }
+            }
+            seed_replies(c, w, 0, NULL, j);
+            for (size_t i = 0, q = 0; i < n; i++) {
+                if (fresh[i] && locked[q++])
+                    redisAppendCommand(c, "DEL %s", lk[i]);
+            }
+            seed_replies(c, w, 0, NULL, j);
+            j->failures += m - w;
         }
         done += n;
     }
@@ -350,7 +445,9 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
     double cpu0 = wxgb_redis_cpu_s(admin);
     int64_t t0 = wxgb_now_us();
     for (int i = 0; i < threads; i++) {
-        void *(*fn)(void *) = design == DESIGN_NAIVE ? naive_worker : guard_worker;
+        void *(*fn)(void *) = design == DESIGN_NAIVE  ? naive_worker
+                              : design == DESIGN_SEED ? seed_worker
+                                                      : guard_worker;
         if (pthread_create(&th[i], NULL, fn, &jobs[i]) != 0)
             die("pthread_create failed");
     }
@@ -477,6 +574,27 @@ static void memory_phase(const opts *o, redisContext *admin, int design, unsigne
     *failures = r.failures;
 }
 
+/* "lua,naive,seed" -> design bits; exits on an unknown name. */
+static int parse_designs(const char *list)
+{
+    int d = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 3 && strncmp(p, "lua", 3) == 0)
+            d |= DESIGN_REAL;
+        else if (n == 5 && strncmp(p, "naive", 5) == 0)
+            d |= DESIGN_NAIVE;
+        else if (n == 4 && strncmp(p, "seed", 4) == 0)
+            d |= DESIGN_SEED;
+        else
+            die("unknown design '%.*s' (lua, naive, seed)", (int)n, p);
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return d;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: wxguard-bench guard [--naive|--real] [--host H] [--port P] [--db N]\n"
@@ -491,7 +609,15 @@ static void usage(FILE *f)
                "  --bucket-ms W    DONE time-bucket width (default: the retention, 7 days);\n"
                "                   claim probes retention / W + 1 buckets\n"
                "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
-               "50000)\n");
+               "50000; 0 skips it)\n"
+               "  --design LIST    designs to run, alternating: lua, naive, seed (default\n"
+               "                   lua,naive); seed = GET, SET NX PX, SET EX, DEL per message,\n"
+               "                   64 in flight\n"
+               "  --dup R          share of deliveries (lua, seed) that repeat a finished message\n"
+               "  --rounds N       run the whole table N times (default 1)\n"
+               "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
+               "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
+               "  --rate-markers M markers written per rate (default 300000)\n");
 }
 
 int wxgb_guard_main(int argc, char **argv)
@@ -505,7 +631,10 @@ int wxgb_guard_main(int argc, char **argv)
               .designs = DESIGN_REAL | DESIGN_NAIVE,
               .markers = 1000000,
               .rb_requests = 50000,
-              .memory_threads = 4};
+              .memory_threads = 4,
+              .rounds = 1};
+    const char *rates = NULL;
+    uint64_t rate_markers = 300000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -517,6 +646,25 @@ int wxgb_guard_main(int argc, char **argv)
             o.designs = DESIGN_NAIVE;
         } else if (strcmp(a, "--real") == 0) {
             o.designs = DESIGN_REAL;
+        } else if (strcmp(a, "--design") == 0 && v) {
+            o.designs = parse_designs(v);
+            i++;
+        } else if (strcmp(a, "--dup") == 0 && v) {
+            char *end = NULL;
+            o.dup = strtod(v, &end);
+            if (*end || o.dup < 0 || o.dup > 0.9)
+                die("bad --dup");
+            i++;
+        } else if (strcmp(a, "--rounds") == 0 && v && wxgb_parse_u64(v, &u) == 0 && u > 0 &&
+                   u < 100) {
+            o.rounds = (int)u;
+            i++;
+        } else if (strcmp(a, "--rate") == 0 && v) {
+            rates = v;
+            i++;
+        } else if (strcmp(a, "--rate-markers") == 0 && v && wxgb_parse_u64(v, &u) == 0 && u > 0) {
+            rate_markers = u;
+            i++;
         } else if (strcmp(a, "--host") == 0 && v) {
             o.host = v;
             i++;
@@ -553,7 +701,9 @@ int wxgb_guard_main(int argc, char **argv)
         } else if (strcmp(a, "--bucket-ms") == 0 && v && wxgb_parse_u64(v, &u) == 0) {
             o.bucket_ms = (int64_t)u;
             i++;
-        } else if (strcmp(a, "--rb-requests") == 0 && v && wxgb_parse_u64(v, &u) == 0) {
+        } else if (strcmp(a, "--rb-requests") == 0 && v &&
+                   (strcmp(v, "0") == 0 || wxgb_parse_u64(v, &u) == 0)) {
+            u = strcmp(v, "0") == 0 ? 0 : u;
             o.rb_requests = u;
             i++;
         } else {
@@ -567,6 +717,12 @@ int wxgb_guard_main(int argc, char **argv)
         die("database %d on %s:%d is not empty; this benchmark flushes its database, so it "
             "only runs on an empty one",
             o.db, o.host, o.port);
+    if (rates) {
+        int rc = wxgb_rate_run(admin, o.host, o.port, o.db, rates, rate_markers);
+        flushdb(admin);
+        redisFree(admin);
+        return rc;
+    }
     char version[64], cpu[128] = "?";
     info_string(admin, "server", "redis_version", version, sizeof version);
     FILE *ci = fopen("/proc/cpuinfo", "r");
@@ -595,39 +751,46 @@ int wxgb_guard_main(int argc, char **argv)
     printf("## wxguard-bench guard\n\n");
     printf("- date: %s\n- machine: %ld CPUs, %s\n- redis-server %s at %s:%d db %d\n", date,
            sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.host, o.port, o.db);
-    printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms\n\n",
+    printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms, duplicates "
+           "(lua, seed): %.0f %%\n\n",
            (unsigned long long)o.messages, o.batch,
-           (long long)(o.bucket_ms > 0 ? o.bucket_ms : 7LL * 86400000));
-    printf("| design | threads | claim+complete pairs/s | redis-benchmark EVALSHA/s (same "
+           (long long)(o.bucket_ms > 0 ? o.bucket_ms : 7LL * 86400000), o.dup * 100);
+    printf("| design | threads | messages/s (claim+complete pairs without duplicates) | "
+           "redis-benchmark EVALSHA/s (same "
            "clients) | ratio | Redis round trips/msg | Redis commands/msg | Redis CPU µs/msg | "
            "failures |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     fflush(stdout);
     unsigned run = 1, real_run = 0;
-    for (int ti = 0; ti < o.nthreads; ti++) {
-        int t = o.threads[ti];
-        double rb = redis_benchmark(&o, sha, t);
-        for (int d = DESIGN_REAL; d <= DESIGN_DUP; d *= 2) {
-            if (!(o.designs & (d == DESIGN_DUP ? DESIGN_REAL : d)))
-                continue;
-            /* The duplicate row claims again the keys the real row just completed (same run
-             * number, so the same prefix and keys): claims only, every one DUPLICATE. */
-            unsigned use = d == DESIGN_DUP ? real_run : run++;
-            if (d == DESIGN_REAL)
-                real_run = use;
-            run_result rr = run_design(&o, admin, d, t, o.messages, use, 0);
-            char rbs[32] = "n/a", ratio[32] = "n/a";
-            if (rb > 0) {
-                snprintf(rbs, sizeof rbs, "%.0f", rb);
-                snprintf(ratio, sizeof ratio, "%.2f", rr.pairs_per_s / rb);
+    for (int round = 0; round < o.rounds; round++) {
+        for (int ti = 0; ti < o.nthreads; ti++) {
+            int t = o.threads[ti];
+            double rb = o.rb_requests > 0 ? redis_benchmark(&o, sha, t) : -1;
+            for (int d = DESIGN_REAL; d <= DESIGN_SEED; d *= 2) {
+                if (!(o.designs & (d == DESIGN_DUP ? DESIGN_REAL : d)))
+                    continue;
+                if (d == DESIGN_DUP && o.dup > 0)
+                    continue; /* the lua row already mixes duplicates in */
+                /* The duplicate row claims again the keys the real row just completed (same run
+                 * number, so the same prefix and keys): claims only, every one DUPLICATE. */
+                unsigned use = d == DESIGN_DUP ? real_run : run++;
+                if (d == DESIGN_REAL)
+                    real_run = use;
+                run_result rr = run_design(&o, admin, d, t, o.messages, use, 0);
+                char rbs[32] = "n/a", ratio[32] = "n/a";
+                if (rb > 0) {
+                    snprintf(rbs, sizeof rbs, "%.0f", rb);
+                    snprintf(ratio, sizeof ratio, "%.2f", rr.pairs_per_s / rb);
+                }
+                printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %.2f | %llu |\n",
+                       d == DESIGN_REAL   ? "lua (batched, compact)"
+                       : d == DESIGN_DUP  ? "lua, duplicate claims only"
+                       : d == DESIGN_SEED ? "seed (4 round trips, 64 in flight)"
+                                          : "naive (SET NX + SET EX)",
+                       t, rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg, rr.calls_per_msg,
+                       rr.cpu_us_per_msg, (unsigned long long)rr.failures);
+                fflush(stdout);
             }
-            printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %.2f | %llu |\n",
-                   d == DESIGN_REAL  ? "wxguard (batched, compact)"
-                   : d == DESIGN_DUP ? "wxguard, duplicate claims only"
-                                     : "naive (SET NX + SET EX)",
-                   t, rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg, rr.calls_per_msg,
-                   rr.cpu_us_per_msg, (unsigned long long)rr.failures);
-            fflush(stdout);
         }
     }
     if (o.markers > 0) {

@@ -32,6 +32,9 @@ static const subcommand subcommands[] = {
      "create topics, feed a stream of callbacks with duplicates, wait for a group, count"},
     {"post", wxgb_post_main,
      "POST a stream of callbacks with duplicates to wxguard-ingest over HTTP"},
+    {"protocol", wxgb_protocol_main,
+     "Redis CPU of candidate native and Lua command sequences for a new message, beside the "
+     "guard"},
     {"hostile", wxgb_hostile_main,
      "slow, idle, malformed and bursting HTTP clients against wxguard-ingest, for S seconds"},
 };

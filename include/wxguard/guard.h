@@ -13,8 +13,9 @@
  * carries the ticket returned by claim (owner token + fencing token) and is refused, changing
  * nothing, when the message has since been claimed by someone else ("lease lost").
  *
- * The fencing token is a per-message counter that only grows while the message is in flight or
- * FAILED; hand it to every downstream store that can refuse a stale writer. docs/guard.md states
+ * The fencing token of a message only grows, also after Redis forgot the message (it is the Redis
+ * server's time in microseconds at the claim, or the last fence + 1 when that is higher); hand it
+ * to every downstream store that can refuse a stale writer. docs/guard.md states
  * the guarantees and what they rest on.
  *
  * Threads: a wxg_guard_t owns one Redis connection and is used by one thread at a time (its
@@ -110,7 +111,9 @@ typedef struct wxg_guard_conf {
                                   default 1000; sizes the hash buckets */
     int done_bucket_target;    /* aimed-for mean entries per bucket, default 64 (<= 128) */
     int done_selector_bits;    /* 0 = derived from the rate; set to pin the stored layout */
-    int shard_bits;            /* hash-tag shards = 2^shard_bits, default 4 (16) */
+    int shard_bits;            /* hash-tag shards = 2^shard_bits (0..16), default 10 (1024):
+                                  well above the primaries of a Redis Cluster, so that the
+                                  keys of all messages spread over all of them */
     int cluster;               /* 1: never put two shards in one script call (Redis Cluster) */
 
     int batch_max;        /* messages per script call, default 64; larger batches are split
@@ -340,8 +343,9 @@ WXG_EXPORT int wxg_guard_rearm(wxg_guard_t *g, const char *key, size_t key_len, 
 /* Deletes the in-flight record (FAILED, or PROCESSING whose lease has expired) of `key`, for an
  * operator removing one account's data. A live claim is never deleted (*purged = 0). The DONE
  * marker, if any, is not touched: markers of all accounts share compact buckets, which expire
- * whole after the retention. Deleting a record also forgets its fencing counter, so a later claim
- * starts again at fence 1. *purged (may be NULL) is 1 when a record was deleted. */
+ * whole after the retention. A later claim starts at attempt 1 with no finished plugins; its fence
+ * is still higher than any before, since fences come from the server's clock. *purged (may be
+ * NULL) is 1 when a record was deleted. */
 WXG_EXPORT int wxg_guard_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged);
 
 /* Called by wxg_guard_scan() for every in-flight record found. The record is freed after the

@@ -11,20 +11,30 @@
 --   tool can name it)
 --
 -- Per message it returns one of
---   1                                           CLAIMED, new record: fence 1, attempt 1, nothing
---                                               finished (the common answer, as an integer:
---                                               Redis converts a nested reply at a high cost)
+--   -fence                                      CLAIMED, new record: the fence (negative),
+--                                               attempt 1, nothing finished (the common answer,
+--                                               as an integer: Redis converts a nested reply at
+--                                               a high cost)
 --   2 / 3                                       DUPLICATE, same / other payload
 --   {1, fence, attempt, {plugin, result, ...}}  CLAIMED again (FAILED or expired lease)
 --   {3, ms_left}                                BUSY
 --
 -- The DONE buckets are probed FIRST, newest first: a message DONE anywhere in the retention is a
--- duplicate whatever else exists, and no claim after DONE can start a record at fence 1. Then one
--- SET NX GET both creates a brand-new record (fence 1, attempt 1) and, when a record exists,
--- returns it for the rare path: BUSY while its lease is live, else a re-claim with fence + 1.
+-- duplicate whatever else exists. Then one SET NX GET both creates a brand-new record (attempt 1)
+-- and, when a record exists, returns it for the rare path: BUSY while its lease is live, else a
+-- re-claim.
+--
+-- Fencing tokens come from this server's clock in microseconds: a new record's fence is the
+-- server time, a re-claim's the larger of the old fence + 1 and the server time. So a fence is
+-- greater than every fence handed out for the message before, also when Redis forgot the
+-- message in between (a restart without persistence, a failover that lost writes, a purge, a
+-- retention that ran out): a store that kept an older fence never refuses the new writer
+-- (docs/guard.md §3.4). The client's head carries a placeholder fence that is replaced here.
 -- The lease is compared with this server's clock, never with the key's TTL, so the record and its
 -- fencing counter outlive an expired lease.
-local now = server_ms()
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local now_us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local lease = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local retention = tonumber(ARGV[3])
@@ -41,6 +51,8 @@ local nb = #sfx
 local exp_s = string.format('%d', now + ttl)
 local lease_s = string.format('%d', now + lease)
 local now_s = string.format('%d', now)
+local fence_mid = string.format('%d', now_us) .. '|'
+local new_answer = -now_us
 -- A new record is the client's head 'P|owner|1|tag' (F_ST .. F_TAG), then this tail, the fields
 -- between F_TAG and F_KLEN: attempt 1, expiry, lease, claimed, no failure, no reason, never
 -- rearmed; then the client's 'klen|key' and no plugins.
@@ -48,8 +60,10 @@ local t = {}
 t[F_ATTEMPT], t[F_EXP], t[F_LEASE], t[F_CLAIMED] = '1', exp_s, lease_s, now_s
 t[F_FAILS], t[F_FAILED], t[F_RLEN], t[F_REARMED] = '0', '0', '0', '0'
 local tail = '|' .. table.concat(t, '|', F_TAG + 1, F_KLEN - 1) .. '|'
--- The head's length without the tag: 'P|', the owner, '|1|'.
+-- The head's length without the tag: 'P|', the owner, '|1|' (the placeholder fence); the part
+-- kept of it is 'P|owner|'.
 local head = #'P|' + OWNER_LEN + #'|1|'
+local keep = #'P|' + OWNER_LEN + #'|'
 local out = {}
 for i = 1, #ARGV - 4 do
   local b = ARGV[4 + i]
@@ -73,10 +87,10 @@ for i = 1, #ARGV - 4 do
   end
   if not res then
     local rk = string.sub(b, s0 + sl, s0 + sl + rl - 1)
-    local old = redis.call('SET', rk, string.sub(b, q, e) .. tail .. string.sub(b, e + 1), 'NX',
-                           'GET', 'PXAT', exp_s)
+    local old = redis.call('SET', rk, string.sub(b, q, q + keep - 1) .. fence_mid .. tag .. tail ..
+                           string.sub(b, e + 1), 'NX', 'GET', 'PXAT', exp_s)
     if not old then
-      res = 1
+      res = new_answer
     else
       local f = rec_split(old)
       if not f then
@@ -88,10 +102,12 @@ for i = 1, #ARGV - 4 do
       else
         -- FAILED, released, or an expired lease: the fence and attempt continue from the record,
         -- the finished plugins, the last failure and the key stay.
-        local fence = (tonumber(f[F_FENCE]) or 0) + 1
+        local fence = math.max((tonumber(f[F_FENCE]) or 0) + 1, now_us)
         local attempt = (tonumber(f[F_ATTEMPT]) or 0) + 1
         f[F_ST], f[F_OWNER] = 'P', string.sub(b, q + #'P|', q + #'P|' + OWNER_LEN - 1)
-        f[F_FENCE], f[F_TAG], f[F_ATTEMPT] = fence, tag, attempt
+        -- Fences pass 2^47: they are formatted as integers here, never by Lua's default number
+        -- format (14 significant digits).
+        f[F_FENCE], f[F_TAG], f[F_ATTEMPT] = string.format('%d', fence), tag, attempt
         f[F_EXP], f[F_LEASE], f[F_CLAIMED] = exp_s, lease_s, now_s
         redis.call('SET', rk, rec_join(f), 'PXAT', exp_s)
         res = {1, fence, attempt, plugins_list(f.plugins)}

@@ -120,7 +120,8 @@ restart_in_the_middle_of_a_batch_completes_nothing_falsely_and_loses_nothing(voi
     assert_int_equal(wxg_guard_claim_batch(f->g, msgs, N, again), 0);
     for (int i = 0; i < N; i++) {
         assert_int_equal(again[i].outcome, WXG_GUARD_CLAIMED);
-        assert_int_equal(again[i].ticket.fence, 1);
+        /* A fence from the server's clock: higher than before Redis forgot the message. */
+        assert_true(again[i].ticket.fence > out[i].ticket.fence);
         wxg_guard_claim_clear(&again[i]);
         wxg_guard_claim_clear(&out[i]);
     }
@@ -138,7 +139,7 @@ static void script_flush_is_repaired_transparently_by_reloading(void **state)
     wxg_guard_claim_t c;
     assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
     assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
-    assert_int_equal(c.ticket.fence, 1); /* ran exactly once after the reload */
+    assert_int_equal(c.attempt, 1); /* ran exactly once after the reload */
     freeReplyObject(gt_cmd(raw, 2, argv));
     assert_int_equal(wxg_guard_complete(f->g, &c.ticket, NULL), 0);
     wxg_guard_get_stats(f->g, &s1);

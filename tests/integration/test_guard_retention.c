@@ -129,6 +129,7 @@ static void done_buckets_stay_in_the_compact_listpack_encoding(void **state)
     char prefix[64];
     wxg_guard_conf_t c;
     gt_conf(&c, wxg_test_redis_host(), wxg_test_redis_port(), "enc", prefix, sizeof prefix);
+    c.shard_bits = 4;
     c.done_selector_bits = 5; /* 32 buckets for 2,000 markers: about 62 each */
     wxg_guard_t *g = gt_open(&c);
     enum { N = 2000, B = 100 };

@@ -222,18 +222,52 @@ static void test_pgsql_reconnects_after_its_connection_is_killed(void **st)
 
 /* ----- fencing with the real guard ----- */
 
+/* The tables of a pgsql,billing chain (names of their own, dropped by fenced_free). */
+typedef struct fenced {
+    PGconn *pg;
+    char *msgs, *charges, *balances;
+    wxg_plugin_chain_t *chain;
+} fenced;
+
+static void fenced_init(fenced *f, const char *tag)
+{
+    char name[32];
+    f->pg = wxg_test_pg_connect();
+    snprintf(name, sizeof name, "%smsgs", tag);
+    f->msgs = wxg_test_pg_name(name);
+    snprintf(name, sizeof name, "%scharges", tag);
+    f->charges = wxg_test_pg_name(name);
+    snprintf(name, sizeof name, "%sbal", tag);
+    f->balances = wxg_test_pg_name(name);
+    wxg_plugin_kv_t kv[] = {{"plugin.pgsql.dsn", wxg_test_pg_dsn()},
+                            {"plugin.pgsql.table", f->msgs},
+                            {"plugin.billing.dsn", wxg_test_pg_dsn()},
+                            {"plugin.billing.charges.table", f->charges},
+                            {"plugin.billing.balances.table", f->balances},
+                            {"plugin.billing.price.default", "10"}};
+    f->chain = mk_chain("pgsql,billing", kv, 6);
+}
+
+static void fenced_free(fenced *f)
+{
+    wxg_plugin_chain_destroy(f->chain);
+    drop(f->pg, f->msgs);
+    drop(f->pg, f->charges);
+    drop(f->pg, f->balances);
+    free(f->msgs);
+    free(f->charges);
+    free(f->balances);
+    PQfinish(f->pg);
+}
+
 static void test_stale_writer_is_refused_by_postgres_even_when_redis_lost_its_claim(void **st)
 {
     (void)st;
-    PGconn *pg = wxg_test_pg_connect();
-    char *msgs = wxg_test_pg_name("fmsgs");
-    char *charges = wxg_test_pg_name("fcharges");
-    char *balances = wxg_test_pg_name("fbal");
-    wxg_plugin_kv_t kv[] = {
-        {"plugin.pgsql.dsn", wxg_test_pg_dsn()},     {"plugin.pgsql.table", msgs},
-        {"plugin.billing.dsn", wxg_test_pg_dsn()},   {"plugin.billing.charges.table", charges},
-        {"plugin.billing.balances.table", balances}, {"plugin.billing.price.default", "10"}};
-    wxg_plugin_chain_t *c = mk_chain("pgsql,billing", kv, 6);
+    fenced fx;
+    fenced_init(&fx, "f");
+    PGconn *pg = fx.pg;
+    const char *msgs = fx.msgs, *charges = fx.charges, *balances = fx.balances;
+    wxg_plugin_chain_t *c = fx.chain;
     wxg_plugin_thread_t *ta = mk_thread(c); /* replica A's worker */
     wxg_plugin_thread_t *tb = mk_thread(c); /* replica B's worker */
 
@@ -296,14 +330,83 @@ static void test_stale_writer_is_refused_by_postgres_even_when_redis_lost_its_cl
     wxg_guard_destroy(gb);
     wxg_plugin_thread_destroy(ta);
     wxg_plugin_thread_destroy(tb);
-    wxg_plugin_chain_destroy(c);
-    drop(pg, msgs);
-    drop(pg, charges);
-    drop(pg, balances);
-    free(msgs);
-    free(charges);
-    free(balances);
-    PQfinish(pg);
+    fenced_free(&fx);
+}
+
+/* ----- fencing after Redis forgot the message ----- */
+
+/* Deletes every key under `prefix` (what a restart without persistence, or a failover that lost
+ * the writes, leaves of a message). */
+static void forget_prefix(const char *prefix)
+{
+    redisContext *r = gt_redis(wxg_test_redis_host(), wxg_test_redis_port(), NULL);
+    char pattern[80];
+    snprintf(pattern, sizeof pattern, "%s*", prefix);
+    char **keys = NULL;
+    size_t n = gt_scan(r, pattern, &keys);
+    assert_true(n > 0);
+    for (size_t i = 0; i < n; i++) {
+        const char *argv[2] = {"DEL", keys[i]};
+        freeReplyObject(gt_cmd(r, 2, argv));
+    }
+    gt_free_keys(keys);
+    assert_int_equal(gt_count(r, pattern), 0);
+    redisFree(r);
+}
+
+static void test_a_message_redelivered_after_redis_forgot_it_is_not_refused_as_stale(void **st)
+{
+    (void)st;
+    fenced fx;
+    fenced_init(&fx, "l");
+    wxg_plugin_chain_t *c = fx.chain;
+    wxg_plugin_thread_t *t = mk_thread(c);
+    wxg_guard_conf_t gc;
+    char prefix[64];
+    gt_conf(&gc, wxg_test_redis_host(), wxg_test_redis_port(), "forgot", prefix, sizeof prefix);
+    wxg_guard_t *g = gt_open(&gc);
+    tmsg m;
+    tmsg_init(&m, "wxid_bot1", "7301234567890124555", "hello");
+
+    /* The first attempt fails (say the network to the database), the second claim runs both
+     * plugins with a higher fence and completes. */
+    wxg_guard_claim_t c1 = {0}, c2 = {0}, c3 = {0};
+    assert_int_equal(wxg_guard_claim(g, m.key, strlen(m.key), m.v.payload_hash, &c1), 0);
+    assert_int_equal(c1.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_fail(g, &c1.ticket, "transient", 1), 0);
+    assert_int_equal(wxg_guard_claim(g, m.key, strlen(m.key), m.v.payload_hash, &c2), 0);
+    assert_int_equal(c2.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(c2.attempt, 2);
+    assert_true(c2.ticket.fence > c1.ticket.fence && c2.ticket.fence >= 2);
+    wxg_plugin_call_t call;
+    assert_int_equal(run(c, t, 0, &m, c2.ticket.fence, c2.attempt, &call), WXG_PLUGIN_OK);
+    assert_int_equal(
+        wxg_guard_plugin_done(g, &c2.ticket, "pgsql", call.result, strlen(call.result)), 0);
+    assert_int_equal(run(c, t, 1, &m, c2.ticket.fence, c2.attempt, &call), WXG_PLUGIN_OK);
+    assert_int_equal(wxg_guard_complete(g, &c2.ticket, NULL), 0);
+
+    /* Redis forgets the message; the message arrives again. Its new claim must carry a fence
+     * above the one the database holds, or both plugins refuse it as a stale writer and the
+     * message is retried until it is dead-lettered, although its effect exists. */
+    forget_prefix(prefix);
+    assert_int_equal(wxg_guard_claim(g, m.key, strlen(m.key), m.v.payload_hash, &c3), 0);
+    assert_int_equal(c3.outcome, WXG_GUARD_CLAIMED);
+    assert_true(c3.ticket.fence > c2.ticket.fence);
+    assert_int_equal(run(c, t, 0, &m, c3.ticket.fence, c3.attempt, &call), WXG_PLUGIN_OK);
+    assert_int_equal(run(c, t, 1, &m, c3.ticket.fence, c3.attempt, &call), WXG_PLUGIN_OK);
+    assert_int_equal(wxg_guard_complete(g, &c3.ticket, NULL), 0);
+
+    /* One row, one charge. */
+    assert_int_equal(q_int(fx.pg, "count(*)", fx.msgs, "idem_key", m.key), 1);
+    assert_int_equal(q_int(fx.pg, "count(*)", fx.charges, "idem_key", m.key), 1);
+    assert_int_equal(q_int(fx.pg, "balance", fx.balances, "account", "wxid_bot1"), -10);
+
+    wxg_guard_claim_clear(&c1);
+    wxg_guard_claim_clear(&c2);
+    wxg_guard_claim_clear(&c3);
+    wxg_guard_destroy(g);
+    wxg_plugin_thread_destroy(t);
+    fenced_free(&fx);
 }
 
 /* ----- billing under concurrent duplicates ----- */
@@ -588,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_pgsql_inserts_once_and_same_fence_is_a_noop),
         cmocka_unit_test(test_pgsql_reconnects_after_its_connection_is_killed),
         cmocka_unit_test(test_stale_writer_is_refused_by_postgres_even_when_redis_lost_its_claim),
+        cmocka_unit_test(test_a_message_redelivered_after_redis_forgot_it_is_not_refused_as_stale),
         cmocka_unit_test(
             test_billing_charges_once_under_concurrent_duplicates_with_different_fences),
         cmocka_unit_test(test_billing_charges_once_under_concurrent_duplicates_with_the_same_fence),

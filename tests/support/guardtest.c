@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 void gt_conf(wxg_guard_conf_t *c, const char *host, int port, const char *tag, char *buf,
@@ -127,6 +128,17 @@ size_t gt_count(redisContext *c, const char *pattern)
     size_t n = gt_scan(c, pattern, &keys);
     gt_free_keys(keys);
     return n;
+}
+
+void gt_assert_fence_is_now(uint64_t fence)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    uint64_t diff = fence > now ? fence - now : now - fence;
+    if (diff > 60000000u)
+        fail_msg("fence %llu is not the server time in microseconds (now %llu)",
+                 (unsigned long long)fence, (unsigned long long)now);
 }
 
 int gt_retriable(int rc)

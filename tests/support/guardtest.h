@@ -10,6 +10,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "testenv.h"
 #include "wxguard/guard.h"
@@ -53,6 +54,10 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
  * and returns NULL. The CA path in `c` stays valid until gt_tls_target_stop(). */
 char *gt_tls_target(wxg_test_redis_t *srv, wxg_guard_conf_t *c);
 void gt_tls_target_stop(wxg_test_redis_t *srv, char *pki);
+
+/* Asserts that a fencing token is a server time in microseconds (docs/guard.md §3.4) within a
+ * minute of this machine's clock (the test servers run on this machine). */
+void gt_assert_fence_is_now(uint64_t fence);
 
 /* Whether a guard call's code is one a caller retries: the connection, a timeout, an error
  * reply, or too few WAIT acknowledgements. */

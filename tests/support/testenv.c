@@ -295,6 +295,14 @@ static int redis_spawn(wxg_test_redis_t *r)
             argv[i++] = "--requirepass";
             argv[i++] = r->password;
         }
+        if (r->cluster) {
+            argv[i++] = "--cluster-enabled";
+            argv[i++] = "yes";
+            argv[i++] = "--cluster-config-file";
+            argv[i++] = "nodes.conf"; /* in --dir */
+            argv[i++] = "--cluster-node-timeout";
+            argv[i++] = "2000";
+        }
         if (r->replica_of > 0) {
             argv[i++] = "--replicaof";
             argv[i++] = "127.0.0.1";
@@ -603,4 +611,160 @@ int wxg_test_sentinel_start_tls(wxg_test_redis_t *r, const char *master, int pri
     if (!r->monitors || tls_members(r, pki, "server", 0) != 0)
         return -1;
     return start_on_free_port(r);
+}
+
+/* ---- Redis Cluster ---- */
+
+/* Runs redis-cli with argv (NULL-terminated, after the program name), output to a log file in
+ * `dir`; its exit status, or -1. Bounded by 60 s (scaled). */
+static int run_redis_cli(const char *dir, const char *const *args)
+{
+    char log[600];
+    snprintf(log, sizeof log, "%s/redis-cli.log", dir);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        const char *argv[64];
+        int n = 0;
+        argv[n++] = "redis-cli";
+        for (int i = 0; args[i] && n < 63; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execvp("redis-cli", (char *const *)argv);
+        _exit(127);
+    }
+    int64_t end = wxg_test_now_ms() + 60000 * wxg_test_scale();
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (wxg_test_now_ms() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fprintf(stderr, "redis-cli %s did not finish in time\n", args[0]);
+            return -1;
+        }
+        wxg_test_sleep_ms(50);
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "redis-cli %s failed (status %d); see %s\n", args[0], st, log);
+        return -1;
+    }
+    return 0;
+}
+
+int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->node[i].pid <= 0)
+            continue;
+        if (wait_info(c->node[i].port, "cluster", "cluster_enabled:", "1", timeout_ms) != 0)
+            return -1;
+    }
+    int64_t end = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (int i = 0; i < c->n; i++) {
+        if (c->node[i].pid <= 0)
+            continue;
+        for (;;) {
+            struct timeval tv = {.tv_sec = 2};
+            redisContext *rc = redisConnectWithTimeout("127.0.0.1", c->node[i].port, tv);
+            redisReply *r = rc && !rc->err ? redisCommand(rc, "CLUSTER INFO") : NULL;
+            int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
+                     strstr(r->str, "cluster_slots_ok:16384");
+            if (r)
+                freeReplyObject(r);
+            if (rc)
+                redisFree(rc);
+            if (ok)
+                break;
+            if (wxg_test_now_ms() > end) {
+                fprintf(stderr, "cluster node %d (port %d) is not ok\n", i, c->node[i].port);
+                return -1;
+            }
+            wxg_test_sleep_ms(100);
+        }
+    }
+    return 0;
+}
+
+int wxg_test_cluster_start(wxg_test_cluster_t *c, int primaries, int replicas)
+{
+    memset(c, 0, sizeof *c);
+    int total = primaries * (1 + replicas);
+    if (primaries < 1 || total > WXG_TEST_CLUSTER_MAX)
+        return -1;
+    const char *args[WXG_TEST_CLUSTER_MAX + 8];
+    char addr[WXG_TEST_CLUSTER_MAX][24], reps[8];
+    int na = 0;
+    args[na++] = "--cluster";
+    args[na++] = "create";
+    for (int i = 0; i < total; i++) {
+        wxg_test_redis_t *r = &c->node[i];
+        r->dir = wxg_test_mkdtemp("wxg-cluster");
+        r->cluster = 1;
+        if (start_on_free_port(r) != 0) {
+            fprintf(stderr, "cannot start cluster node %d\n", i);
+            c->n = i + 1;
+            goto fail;
+        }
+        c->n = i + 1;
+        snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", r->port);
+        args[na++] = addr[i];
+        size_t len = strlen(c->seeds);
+        snprintf(c->seeds + len, sizeof c->seeds - len, "%s%s", i ? "," : "", addr[i]);
+    }
+    snprintf(reps, sizeof reps, "%d", replicas);
+    args[na++] = "--cluster-replicas";
+    args[na++] = reps;
+    args[na++] = "--cluster-yes";
+    args[na] = NULL;
+    if (run_redis_cli(c->node[0].dir, args) != 0)
+        goto fail;
+    if (wxg_test_cluster_wait_ok(c, 30000) != 0)
+        goto fail;
+    /* Every replica has its data link up. */
+    for (int i = 0; i < c->n; i++) {
+        char role[32];
+        info_field(c->node[i].port, "replication", "role:", role, sizeof role);
+        if (strcmp(role, "slave") == 0 &&
+            wait_info(c->node[i].port, "replication", "master_link_status:", "up", 30000) != 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    wxg_test_cluster_stop(c);
+    return -1;
+}
+
+int wxg_test_cluster_owner(const wxg_test_cluster_t *c, int via, int slot)
+{
+    struct timeval tv = {.tv_sec = 2};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", c->node[via].port, tv);
+    redisReply *r = rc && !rc->err ? redisCommand(rc, "CLUSTER SLOTS") : NULL;
+    int owner = -1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        if (e->elements < 3 || slot < e->element[0]->integer || slot > e->element[1]->integer)
+            continue;
+        long long port = e->element[2]->element[1]->integer;
+        for (int k = 0; k < c->n; k++)
+            if (c->node[k].port == port)
+                owner = k;
+    }
+    if (r)
+        freeReplyObject(r);
+    if (rc)
+        redisFree(rc);
+    return owner;
+}
+
+void wxg_test_cluster_stop(wxg_test_cluster_t *c)
+{
+    for (int i = 0; i < c->n; i++)
+        wxg_test_redis_stop(&c->node[i]);
+    c->n = 0;
 }

@@ -62,7 +62,34 @@ typedef struct wxg_test_redis {
     char *tls_dir;
     char *tls_cert;
     int tls_auth_clients;
+    int cluster; /* --cluster-enabled yes (nodes.conf in dir, node timeout 2 s) */
 } wxg_test_redis_t;
+
+/* A Redis Cluster on loopback: `primaries` primaries with `replicas` replicas each, made with
+ * `redis-cli --cluster create`, private to the test that starts it. */
+#define WXG_TEST_CLUSTER_MAX 12
+typedef struct wxg_test_cluster {
+    wxg_test_redis_t node[WXG_TEST_CLUSTER_MAX];
+    int n;
+    char seeds[WXG_TEST_CLUSTER_MAX * 24]; /* "127.0.0.1:port,..." of every node */
+} wxg_test_cluster_t;
+
+/* Starts the nodes, creates the cluster (slots spread evenly over the primaries, replicas
+ * assigned by redis-cli), and waits until every node reports cluster_state:ok with all 16384
+ * slots served and every replica's link is up. 0, or -1 with the reason printed (the nodes
+ * started are stopped). */
+int wxg_test_cluster_start(wxg_test_cluster_t *c, int primaries, int replicas);
+
+/* Waits until every running node reports cluster_state:ok and all slots ok, at most
+ * timeout_ms (scaled). 0 or -1. */
+int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms);
+
+/* The index in c->node of the primary serving `slot` according to node `via` (CLUSTER
+ * SHARDS), or -1. */
+int wxg_test_cluster_owner(const wxg_test_cluster_t *c, int via, int slot);
+
+/* Stops every node and removes their directories. */
+void wxg_test_cluster_stop(wxg_test_cluster_t *c);
 
 /* A new directory with the test PKI (tests/support/mkpki.sh says what is in it): a CA, server
  * certificates for localhost and 127.0.0.1 (also a wrong-name and an expired one), a client

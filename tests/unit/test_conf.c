@@ -647,7 +647,10 @@ static void other_value(const wxg_conf_keydef_t *def, int64_t dflt, char *buf, s
         snprintf(buf, size, "127.0.0.2:7");
         break;
     default: /* strings and lists */
-        snprintf(buf, size, "%s", strcmp(def->def, "t1") != 0 ? "t1" : "t2");
+        if (strstr(def->name, ".rate"))
+            snprintf(buf, size, "%s", strcmp(def->def, "2.5") != 0 ? "2.5" : "3.5");
+        else
+            snprintf(buf, size, "%s", strcmp(def->def, "t1") != 0 ? "t1" : "t2");
         break;
     }
 }

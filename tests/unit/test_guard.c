@@ -45,7 +45,7 @@ static void default_geometry_keeps_false_duplicates_below_1e9_and_buckets_compac
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
     /* One bucket per retention: a claim probes 2 buckets, a marker lives 7 to 14 days. */
     assert_int_equal(g.bucket_ms, 7LL * 24 * 3600 * 1000);
-    assert_int_equal(g.shard_bits, 4);
+    assert_int_equal(g.shard_bits, 10);    /* 1024 shards: spread over a Redis Cluster */
     assert_int_equal(g.selector_bits, 24); /* 6.05e8 markers a week / 2^24 = 36 per bucket */
     assert_int_equal(g.required_bits, 90); /* 1.21e9 markers live over 14 days */
     assert_int_equal(g.field_bytes, 9);    /* 90 - 24 = 66 bits -> 9 bytes */
@@ -120,7 +120,7 @@ static void pinned_selector_bits_override_the_rate(void **state)
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
     assert_int_equal(wxg__guard_geom_stamp(&g, s2, sizeof s2), 0);
     assert_string_equal(s1, s2);
-    assert_string_equal(s1, "v3 shard=4 sel=14 field=10 width=604800000");
+    assert_string_equal(s1, "v3 shard=10 sel=14 field=10 width=604800000");
 }
 
 static int name_is_safe(const char *s, size_t n, const char *prefix)
@@ -171,7 +171,7 @@ static void hostile_keys_map_to_fixed_safe_names_under_the_prefix(void **state)
             rlen = k.record_len;
         assert_int_equal(k.record_len, rlen); /* fixed width, whatever the input size */
         assert_int_equal(k.field_len, (size_t)g.field_bytes);
-        assert_true(k.shard < 16u);
+        assert_true(k.shard < (1u << g.shard_bits));
         assert_true(k.sub < (1ULL << (g.selector_bits - g.shard_bits)));
     }
     free(big);
@@ -183,6 +183,7 @@ static void record_and_buckets_of_a_message_share_one_hash_tag(void **state)
     wxg_guard_conf_t c;
     wxg_guard_conf_init(&c);
     c.done_selector_bits = 21;
+    c.shard_bits = 4;
     wxg__guard_geom_t g;
     char err[256];
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
@@ -355,7 +356,7 @@ static void claim_replies_parse_into_outcomes(void **state)
         const char *resp;
         wxg_guard_outcome_t outcome;
         int mismatch;
-    } compact[] = {{":1\r\n", WXG_GUARD_CLAIMED, 0},
+    } compact[] = {{":-1765000000123456\r\n", WXG_GUARD_CLAIMED, 0},
                    {":2\r\n", WXG_GUARD_DUPLICATE, 0},
                    {":3\r\n", WXG_GUARD_DUPLICATE, 1}};
     for (size_t i = 0; i < sizeof compact / sizeof compact[0]; i++) {
@@ -365,7 +366,7 @@ static void claim_replies_parse_into_outcomes(void **state)
         assert_int_equal(c.outcome, compact[i].outcome);
         assert_int_equal(c.payload_mismatch, compact[i].mismatch);
         if (c.outcome == WXG_GUARD_CLAIMED) {
-            assert_int_equal(c.ticket.fence, 1);
+            assert_int_equal(c.ticket.fence, 1765000000123456ULL); /* the fence, negated */
             assert_int_equal(c.attempt, 1);
             assert_int_equal(c.n_finished, 0);
             assert_null(c.finished);
@@ -386,6 +387,7 @@ static void malformed_claim_replies_are_refused(void **state)
     (void)state;
     static const char *bad[] = {
         ":0\r\n",                                    /* integer answer out of range */
+        ":1\r\n",                                    /* integer answer out of range */
         ":4\r\n",                                    /* integer answer out of range */
         "$1\r\n1\r\n",                               /* a string */
         "*2\r\n:9\r\n:1\r\n",                        /* unknown code */
