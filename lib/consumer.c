@@ -496,14 +496,7 @@ static void worker_pressure(void *opaque, int high)
  * at most `ms`. */
 static void wait_for_room(wxg_consumer_t *c, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = wxg__mono_after(ms);
     pthread_mutex_lock(&c->room_mu);
     if (!c->room)
         pthread_cond_timedwait(&c->room_cv, &c->room_mu, &ts);

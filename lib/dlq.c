@@ -61,6 +61,7 @@
 #include <time.h>
 #include <sys/prctl.h>
 
+#include "clock_int.h"
 #include "dlq_int.h"
 #include "err_int.h"
 #include "wxguard/err.h"
@@ -98,20 +99,6 @@ typedef struct completion {
     int64_t offset;
     char errmsg[160];
 } completion;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
 
 static void completion_unref_locked(completion *c)
 {
@@ -205,7 +192,7 @@ static void last_error_into(wxg_producer_t *p, int auth, const char *what, char 
 
 int wxg_producer_check(wxg_producer_t *p, int timeout_ms, char *errstr, size_t errstr_size)
 {
-    int64_t end = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    int64_t end = wxg__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         /* all_down first: the refused login that caused it was recorded before it. */
         int down = atomic_load(&p->all_down);
@@ -217,7 +204,7 @@ int wxg_producer_check(wxg_producer_t *p, int timeout_ms, char *errstr, size_t e
             last_error_into(p, 0, "no Kafka broker reachable", errstr, errstr_size);
             return WXG_ECONN;
         }
-        int64_t left = end - mono_ms();
+        int64_t left = end - wxg__mono_ms();
         if (left <= 0) {
             last_error_into(p, 0, "no Kafka broker answered in time", errstr, errstr_size);
             return WXG_ETIMEDOUT;
@@ -225,15 +212,15 @@ int wxg_producer_check(wxg_producer_t *p, int timeout_ms, char *errstr, size_t e
         /* An answer needs a connection that passed TLS and SASL: it proves both. Short slices,
          * so that an error reported meanwhile ends the wait early. */
         const struct rd_kafka_metadata *md = NULL;
-        int64_t t0 = mono_ms();
+        int64_t t0 = wxg__mono_ms();
         rd_kafka_resp_err_t e =
             rd_kafka_metadata(p->rk, 0, NULL, &md, left < 200 ? (int)left : 200);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
             rd_kafka_metadata_destroy(md);
             return 0;
         }
-        if (mono_ms() - t0 < 50)
-            sleep_ms(50); /* refused at once: do not spin */
+        if (wxg__mono_ms() - t0 < 50)
+            wxg__sleep_ms(50); /* refused at once: do not spin */
     }
 }
 
@@ -550,7 +537,7 @@ int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic, 
     int64_t bound = (int64_t)p->delivery_timeout_ms + WXG_PRODUCER_REPORT_GRACE_MS;
     if (wait_ms > 0 && wait_ms < bound)
         bound = wait_ms;
-    int64_t deadline = mono_ms() + bound;
+    int64_t deadline = wxg__mono_ms() + bound;
 
     completion *c = calloc(1, sizeof *c);
     if (!c) {
@@ -588,8 +575,8 @@ int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic, 
         if (hdrs)
             rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
         /* The local queue is full: the poll thread drains it as reports come in. */
-        if (perr == RD_KAFKA_RESP_ERR__QUEUE_FULL && mono_ms() < deadline) {
-            sleep_ms(5);
+        if (perr == RD_KAFKA_RESP_ERR__QUEUE_FULL && wxg__mono_ms() < deadline) {
+            wxg__sleep_ms(5);
             continue;
         }
         /* No report will come for a record that was never queued. */
@@ -599,7 +586,7 @@ int wxg_producer_send_within(wxg_producer_t *p, int wait_ms, const char *topic, 
         return perr == RD_KAFKA_RESP_ERR__QUEUE_FULL ? WXG_ETIMEDOUT : map_kafka_err(perr);
     }
 
-    struct timespec ts = {.tv_sec = deadline / 1000, .tv_nsec = (long)(deadline % 1000) * 1000000L};
+    struct timespec ts = wxg__mono_timespec(deadline * 1000);
     pthread_mutex_lock(&p->lock);
     while (!c->done) {
         if (pthread_cond_timedwait(&c->cond, &p->lock, &ts) == ETIMEDOUT && !c->done)

@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "guard_conn_int.h"
@@ -49,13 +48,6 @@ struct wxg_guard_s {
 /* ---------------------------------------------------------------------------------------------
  * Shared helpers (guard_int.h)
  */
-
-int64_t wxg__guard_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void wxg__guard_errf(char *buf, size_t size, const char *fmt, ...)
 {

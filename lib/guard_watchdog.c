@@ -29,6 +29,8 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "clock_int.h"
+
 struct wxg_guard_watch_s {
     struct wxg_guard_watch_s *prev, *next;
     char *key;
@@ -53,7 +55,7 @@ struct wxg_guard_watchdog_s {
     int64_t lease_ms, max_extension_ms, owner_timeout_ms;
     int64_t probe_ms; /* PING after this long without Redis contact; 0 = never (under mu) */
     atomic_ullong batches, renewals;
-    /* The latest Redis contact of the thread (a renewal batch or a probe), in wxg__guard_mono_ms().
+    /* The latest Redis contact of the thread (a renewal batch or a probe), in wxg__mono_ms().
      */
     atomic_llong contact_ok_ms, contact_err_ms;
     atomic_int contact_err;
@@ -62,10 +64,10 @@ struct wxg_guard_watchdog_s {
 static void watchdog_contact(wxg_guard_watchdog_t *wd, int rc)
 {
     if (rc == 0) {
-        atomic_store(&wd->contact_ok_ms, wxg__guard_mono_ms());
+        atomic_store(&wd->contact_ok_ms, wxg__mono_ms());
     } else {
         atomic_store(&wd->contact_err, rc);
-        atomic_store(&wd->contact_err_ms, wxg__guard_mono_ms());
+        atomic_store(&wd->contact_err_ms, wxg__mono_ms());
     }
 }
 
@@ -95,17 +97,6 @@ static void watch_unlink(wxg_guard_watchdog_t *wd, struct wxg_guard_watch_s *w)
     if (w->next)
         w->next->prev = w->prev;
     w->prev = w->next = NULL;
-}
-
-static void cond_deadline(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
 }
 
 /* Marks registrations that must no longer be renewed and collects the due ones (marked busy).
@@ -159,7 +150,7 @@ static void watchdog_renew(wxg_guard_watchdog_t *wd, renew_buf *rb, size_t n)
         memcpy(rb->t[i].owner, rb->due[i]->owner, sizeof rb->t[i].owner);
     }
     pthread_mutex_unlock(&wd->mu);
-    int64_t sent_at = wxg__guard_mono_ms();
+    int64_t sent_at = wxg__mono_ms();
     int rc = wxg_guard_renew_batch(wd->g, rb->t, n, rb->res);
     atomic_fetch_add(&wd->batches, 1);
     watchdog_contact(wd, rc);
@@ -190,15 +181,14 @@ static void watchdog_idle(wxg_guard_watchdog_t *wd, int64_t tick)
     /* With nothing to renew for a while, a PING keeps the thread's view of Redis fresh, so
      * that an idle process can still tell that Redis went away (readiness). The guard's
      * reconnect backoff bounds how often a dead server is dialled. */
-    int64_t probe_in = watchdog_probe_in(wd, wxg__guard_mono_ms());
+    int64_t probe_in = watchdog_probe_in(wd, wxg__mono_ms());
     if (probe_in == 0) {
         pthread_mutex_unlock(&wd->mu);
         watchdog_contact(wd, wxg_guard_ping(wd->g));
         pthread_mutex_lock(&wd->mu);
         return;
     }
-    struct timespec ts;
-    cond_deadline(&ts, probe_in > 0 && probe_in < tick ? probe_in : tick);
+    struct timespec ts = wxg__mono_after(probe_in > 0 && probe_in < tick ? probe_in : tick);
     pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
 }
 
@@ -216,9 +206,8 @@ static void *watchdog_main(void *arg)
     int64_t tick = wd->lease_ms / 6 > 0 ? wd->lease_ms / 6 : 1;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
-        size_t n = (rb.due && rb.t && rb.res)
-                       ? watchdog_collect(wd, rb.due, rb.cap, wxg__guard_mono_ms())
-                       : 0;
+        size_t n =
+            (rb.due && rb.t && rb.res) ? watchdog_collect(wd, rb.due, rb.cap, wxg__mono_ms()) : 0;
         if (n > 0) {
             watchdog_renew(wd, &rb, n);
             if (n == rb.cap)
@@ -277,7 +266,7 @@ wxg_guard_watchdog_t *wxg__guard_watchdog_new_on(wxg_guard_t *g, int64_t max_ext
     atomic_init(&wd->batches, 0);
     atomic_init(&wd->renewals, 0);
     /* The handle has just connected: that is the first contact. */
-    atomic_init(&wd->contact_ok_ms, wxg__guard_mono_ms());
+    atomic_init(&wd->contact_ok_ms, wxg__mono_ms());
     atomic_init(&wd->contact_err_ms, 0);
     atomic_init(&wd->contact_err, 0);
     if (watchdog_locks(wd, errstr, errstr_size) != 0)
@@ -351,7 +340,7 @@ wxg_guard_watch_t *wxg_guard_watchdog_add(wxg_guard_watchdog_t *wd, const wxg_gu
     w->key_len = t->key_len;
     w->fence = t->fence;
     memcpy(w->owner, t->owner, sizeof w->owner);
-    int64_t now = wxg__guard_mono_ms();
+    int64_t now = wxg__mono_ms();
     atomic_init(&w->status, WXG_GUARD_WATCH_LIVE);
     atomic_init(&w->touched_ms, now);
     w->registered_ms = now;
@@ -386,7 +375,7 @@ int wxg_guard_watch_status(const wxg_guard_watch_t *w)
 void wxg_guard_watch_touch(wxg_guard_watch_t *w)
 {
     if (w)
-        atomic_store(&w->touched_ms, wxg__guard_mono_ms());
+        atomic_store(&w->touched_ms, wxg__mono_ms());
 }
 
 void wxg_guard_watchdog_counts(wxg_guard_watchdog_t *wd, uint64_t *batches, uint64_t *renewals)

@@ -77,6 +77,7 @@
 #include <linux/tcp.h>
 #include <microhttpd.h>
 
+#include "clock_int.h"
 #include "err_int.h"
 #include "wxguard/conf.h"
 #include "wxguard/err.h"
@@ -153,18 +154,11 @@ struct wxg_httpd_s {
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* 1 when one more line may be logged this second; *dropped is then the number of lines dropped
  * before it. Approximate under races, which only moves a line from one second to the next. */
 static int log_allowed(wxg_httpd_t *h, unsigned *dropped)
 {
-    long long sec = (long long)(mono_ms() / 1000);
+    long long sec = (long long)(wxg__mono_ms() / 1000);
     long long seen = atomic_load(&h->log_second);
     if (seen != sec && atomic_compare_exchange_strong(&h->log_second, &seen, sec))
         atomic_store(&h->log_lines, 0);
@@ -360,15 +354,8 @@ static void *watchdog_main(void *arg)
         tick = WATCH_MAX_MS;
     pthread_mutex_lock(&h->conns_lock);
     while (!h->stopping) {
-        watch_once(h, mono_ms());
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += tick / 1000;
-        ts.tv_nsec += (tick % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        watch_once(h, wxg__mono_ms());
+        struct timespec ts = wxg__mono_after(tick);
         pthread_cond_timedwait(&h->wake, &h->conns_lock, &ts);
     }
     pthread_mutex_unlock(&h->conns_lock);

@@ -46,6 +46,7 @@
 #include <openssl/core_names.h>
 #include <openssl/params.h>
 
+#include "clock_int.h"
 #include "err_int.h"
 #include "key_int.h"
 #include "oacrypt_int.h"
@@ -96,20 +97,6 @@ struct wxg_ingest_s {
     wxg_metric_t *produce_seconds;
     wxg_metric_t *bytes;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- signatures ---------------------------------------------------------------------------- */
 
@@ -444,7 +431,7 @@ static void ingest_body(wxg_ingest_t *in, reqinfo *ri, wxg_format_t fmt, const c
     memcpy(key + al + 1, first->conversation, cl + 1);
 
     char received[24];
-    snprintf(received, sizeof received, "%" PRId64, wall_ms());
+    snprintf(received, sizeof received, "%" PRId64, wxg__wall_ms());
     const char *fname = wxg_format_name(first->format);
     wxg_kafka_header_t hdrs[] = {
         {WXG_INGEST_HDR_FORMAT, fname, strlen(fname)},
@@ -452,15 +439,15 @@ static void ingest_body(wxg_ingest_t *in, reqinfo *ri, wxg_format_t fmt, const c
         {WXG_INGEST_HDR_RECEIVED, received, strlen(received)},
         {WXG_INGEST_HDR_REQUEST_ID, ri->request_id, strlen(ri->request_id)},
     };
-    int64_t left = in->budget_ms - (mono_ms() - t0);
+    int64_t left = in->budget_ms - (wxg__mono_ms() - t0);
     if (left < 1)
         left = 1;
-    int64_t p0 = mono_ms();
+    int64_t p0 = wxg__mono_ms();
     wxg_delivery_t dr = {0};
     rc = wxg_producer_send_within(in->producer, (int)left, in->topic, WXG_PARTITION_ANY, key,
                                   al + cl + 1, body, len, hdrs, sizeof hdrs / sizeof hdrs[0], &dr,
                                   reason, sizeof reason);
-    wxg_histogram_observe(in->produce_seconds, (double)(mono_ms() - p0) / 1000.0);
+    wxg_histogram_observe(in->produce_seconds, (double)(wxg__mono_ms() - p0) / 1000.0);
     if (rc == 0) {
         ri->outcome = "stored";
         wxg_counter_add(in->bytes, len);
@@ -507,7 +494,7 @@ static int check_age(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, cons
                      const char *what)
 {
     const char *why = NULL;
-    if (wxg_ingest_timestamp_check(timestamp, in->tolerance_ms, wall_ms(), &why) == 0)
+    if (wxg_ingest_timestamp_check(timestamp, in->tolerance_ms, wxg__wall_ms(), &why) == 0)
         return 0;
     char text[160];
     snprintf(text, sizeof text, "%s %s (ingest.signature.tolerance.ms is %" PRId64 ")",
@@ -604,7 +591,7 @@ out:
 static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *resp)
 {
     wxg_ingest_t *in = opaque;
-    int64_t t0 = mono_ms();
+    int64_t t0 = wxg__mono_ms();
     reqinfo ri = {.ep = EP_OTHER, .outcome = "refused"};
     char account[ACCOUNT_MAX + 1];
     wxg_format_t fmt = WXG_FORMAT_AUTO;
@@ -668,7 +655,7 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
 out:
     wxg_log(WXG_LOG_DEBUG, "callback", WXG_LS("request_id", ri.request_id),
             WXG_LS("endpoint", ep_names[ri.ep]), WXG_LU("status", resp->status),
-            WXG_LS("outcome", ri.outcome), WXG_LU("bytes", len), WXG_LI("ms", mono_ms() - t0));
+            WXG_LS("outcome", ri.outcome), WXG_LU("bytes", len), WXG_LI("ms", wxg__mono_ms() - t0));
 }
 
 static int ready_cb(void *opaque, char *reason, size_t size)
@@ -779,7 +766,7 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     if (oa_keys(in, conf, errstr, errstr_size) != 0)
         goto fail;
     if (getrandom(&in->rid_base, sizeof in->rid_base, GRND_NONBLOCK) != sizeof in->rid_base)
-        in->rid_base = (uint64_t)wall_ms() ^ ((uint64_t)mono_ms() << 32);
+        in->rid_base = (uint64_t)wxg__wall_ms() ^ ((uint64_t)wxg__mono_ms() << 32);
     atomic_init(&in->rid_next, 1);
 
     /* The producer: the record must be acknowledged by Kafka within the request's budget, so

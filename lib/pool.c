@@ -36,6 +36,7 @@
 #include <time.h>
 #include <sys/prctl.h>
 
+#include "clock_int.h"
 #include "wxguard/err.h"
 
 enum { L_READY = 1, L_RUNNING, L_DELAYED };
@@ -121,16 +122,9 @@ struct wxg_pool_s {
     worker *workers;
 };
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
 {
-    struct timespec ts = {.tv_sec = until_us / 1000000, .tv_nsec = (until_us % 1000000) * 1000};
+    struct timespec ts = wxg__mono_timespec(until_us);
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
@@ -372,7 +366,7 @@ static size_t collect(wxg_pool_t *p, worker *w)
     size_t n = 0;
     int64_t deadline = 0;
     for (;;) {
-        int64_t now = now_us();
+        int64_t now = wxg__mono_us();
         expire_delays(p, now);
         while (n < p->conf.batch_max && p->ready_head) {
             lane *l = p->ready_head;
@@ -436,7 +430,7 @@ static void *worker_main(void *arg)
         p->ops.run(p->opaque, wstate, w->items, n, w->delays);
 
         pthread_mutex_lock(&p->mu);
-        int64_t now = now_us();
+        int64_t now = wxg__mono_us();
         p->running -= n;
         for (size_t i = 0; i < n; i++) {
             job *j = w->batch[i];
@@ -631,7 +625,7 @@ static int submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item
     rc = tag_add(p, tag);
     if (rc != 0)
         goto out;
-    int64_t now = now_us();
+    int64_t now = wxg__mono_us();
     job *j = p->free_jobs;
     p->free_jobs = j->anext;
     j->item = item;
@@ -687,7 +681,7 @@ size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag)
         return 0;
     size_t n = 0;
     pthread_mutex_lock(&p->mu);
-    int64_t now = now_us();
+    int64_t now = wxg__mono_us();
     job *j = p->age_head;
     while (j) {
         job *next = j->anext;
@@ -711,7 +705,7 @@ size_t wxg_pool_cancel_delayed(wxg_pool_t *p, uint64_t tag)
         return 0;
     size_t n = 0;
     pthread_mutex_lock(&p->mu);
-    int64_t now = now_us();
+    int64_t now = wxg__mono_us();
     /* Removing a delayed head reshapes the heap, so restart the scan after every removal. */
     for (int again = 1; again;) {
         again = 0;
@@ -759,14 +753,14 @@ int wxg_pool_wait_tag(wxg_pool_t *p, uint64_t tag, int64_t timeout_ms)
 {
     if (!p)
         return WXG_EINVAL;
-    int64_t until = now_us() + timeout_ms * 1000;
+    int64_t until = wxg__mono_us() + timeout_ms * 1000;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         tag_slot *s = tag_find(p, tag);
         if (!s->used || s->count == 0)
             break;
-        if (now_us() >= until) {
+        if (wxg__mono_us() >= until) {
             rc = WXG_ETIMEDOUT;
             break;
         }
@@ -799,12 +793,12 @@ int wxg_pool_drain(wxg_pool_t *p, int64_t timeout_ms)
 {
     if (!p)
         return WXG_EINVAL;
-    int64_t until = now_us() + timeout_ms * 1000;
+    int64_t until = wxg__mono_us() + timeout_ms * 1000;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
     p->closed = 1;
     while (p->count > 0) {
-        if (now_us() >= until) {
+        if (wxg__mono_us() >= until) {
             rc = WXG_ETIMEDOUT;
             break;
         }
@@ -820,7 +814,7 @@ void wxg_pool_destroy(wxg_pool_t *p)
         return;
     stop_workers(p);
     pthread_mutex_lock(&p->mu);
-    int64_t now = now_us();
+    int64_t now = wxg__mono_us();
     while (p->age_head) {
         void *item = p->age_head->item;
         job_remove(p, p->age_head, now);
@@ -847,7 +841,7 @@ void wxg_pool_stats(wxg_pool_t *p, wxg_pool_stats_t *out)
     out->running = p->running;
     out->delayed = p->nheap;
     out->lanes = p->nlanes;
-    out->oldest_age_us = p->age_head ? now_us() - p->age_head->submitted_us : 0;
+    out->oldest_age_us = p->age_head ? wxg__mono_us() - p->age_head->submitted_us : 0;
     out->above_high = p->above;
     out->submitted = p->submitted;
     out->finished = p->finished;

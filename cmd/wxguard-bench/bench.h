@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "progclock.h"
+
 int wxgb_guard_main(int argc, char **argv);
 int wxgb_e2e_main(int argc, char **argv);
 int wxgb_feed_main(int argc, char **argv);
@@ -64,8 +66,7 @@ double wxgb_data_calls(struct redisContext *c);
 int wxgb_rate_run(struct redisContext *admin, const char *host, int port, int db, const char *rates,
                   uint64_t markers);
 
-/* Shared helpers (main.c). */
-int64_t wxgb_now_us(void);
+/* Shared helpers (main.c); the clock is prog_mono_us() (cmd/common/progclock.h). */
 /* Parses "1,4,8,16" into out (at most max values, each 1..1024); returns the count or -1. */
 int wxgb_parse_list(const char *s, int *out, int max);
 /* Parses a positive integer option value; returns 0 or -1. */

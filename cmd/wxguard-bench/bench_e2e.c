@@ -109,16 +109,16 @@ static double plain_rate(const e2e_opts *o, const char *topic, uint64_t n)
     rd_kafka_subscribe(rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     uint64_t got = 0;
-    int64_t t0 = 0, t1 = 0, deadline = wxgb_now_us() + 120000000;
-    while (got < n && wxgb_now_us() < deadline) {
+    int64_t t0 = 0, t1 = 0, deadline = prog_mono_us() + 120000000;
+    while (got < n && prog_mono_us() < deadline) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         if (!m)
             continue;
         if (!m->err) {
             if (got == 0)
-                t0 = wxgb_now_us();
+                t0 = prog_mono_us();
             got++;
-            t1 = wxgb_now_us();
+            t1 = prog_mono_us();
         }
         rd_kafka_message_destroy(m);
     }
@@ -282,24 +282,24 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     double self0 = self_cpu_s(), broker0 = proc_cpu_s(o->broker_pid);
     pthread_t th;
     pthread_create(&th, NULL, run_consumer, c);
-    int64_t t0 = 0, t1 = 0, deadline = wxgb_now_us() + 300000000;
+    int64_t t0 = 0, t1 = 0, deadline = prog_mono_us() + 300000000;
     int done = 0;
     wxg_consumer_stats_t st;
     if (light_rate) {
         /* Light load: feed chunks of 10 at the given rate while the consumer runs. */
         for (;;) {
             wxg_consumer_stats(c, &st);
-            if (st.assigned > 0 || wxgb_now_us() > deadline)
+            if (st.assigned > 0 || prog_mono_us() > deadline)
                 break;
             struct timespec ts = {0, 10000000};
             nanosleep(&ts, NULL);
         }
-        int64_t start = wxgb_now_us();
+        int64_t start = prog_mono_us();
         for (uint64_t at = 0; at < o->messages; at += 10) {
             uint64_t k = o->messages - at < 10 ? o->messages - at : 10;
             wxgb_produce(o->bootstrap, topic, recs + at, k, o->size);
             int64_t due = start + (int64_t)((at + k) * 1000000 / light_rate);
-            int64_t now = wxgb_now_us();
+            int64_t now = prog_mono_us();
             if (due > now) {
                 struct timespec ts = {(due - now) / 1000000, ((due - now) % 1000000) * 1000};
                 nanosleep(&ts, NULL);
@@ -309,13 +309,13 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     for (;;) {
         wxg_consumer_stats(c, &st);
         if (!t0 && st.received > 0)
-            t0 = wxgb_now_us();
+            t0 = prog_mono_us();
         if (st.processed + st.duplicates + st.dead_lettered >= o->messages && st.in_flight == 0) {
-            t1 = wxgb_now_us();
+            t1 = prog_mono_us();
             done = 1;
             break;
         }
-        if (wxgb_now_us() > deadline)
+        if (prog_mono_us() > deadline)
             break;
         struct timespec ts = {0, 5000000}; /* 5 ms: sampling must not load the pool lock */
         nanosleep(&ts, NULL);

@@ -443,7 +443,7 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
     }
     double calls0 = wxgb_data_calls(admin);
     double cpu0 = wxgb_redis_cpu_s(admin);
-    int64_t t0 = wxgb_now_us();
+    int64_t t0 = prog_mono_us();
     for (int i = 0; i < threads; i++) {
         void *(*fn)(void *) = design == DESIGN_NAIVE  ? naive_worker
                               : design == DESIGN_SEED ? seed_worker
@@ -453,7 +453,7 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
     }
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
-    int64_t t1 = wxgb_now_us();
+    int64_t t1 = prog_mono_us();
     double cpu1 = wxgb_redis_cpu_s(admin);
     double calls1 = wxgb_data_calls(admin);
     run_result r = {0};
@@ -566,9 +566,9 @@ static void memory_phase(const opts *o, redisContext *admin, int design, unsigne
 {
     flushdb(admin);
     double m0 = wxgb_info_field(admin, "memory", "used_memory");
-    int64_t t0 = wxgb_now_us();
+    int64_t t0 = prog_mono_us();
     run_result r = run_design(o, admin, design, o->memory_threads, o->markers, run, 1);
-    *seconds = (double)(wxgb_now_us() - t0) / 1e6;
+    *seconds = (double)(prog_mono_us() - t0) / 1e6;
     double m1 = wxgb_info_field(admin, "memory", "used_memory");
     *bytes_per_marker = (m1 - m0) / (double)o->markers;
     *failures = r.failures;

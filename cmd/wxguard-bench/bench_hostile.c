@@ -61,7 +61,7 @@ typedef struct slow_arg {
 
 static int running(const hostile *h)
 {
-    return wxgb_now_us() < h->end_us;
+    return prog_mono_us() < h->end_us;
 }
 
 static int dial(const hostile *h, int nonblock)
@@ -103,7 +103,7 @@ static void *slow_main(void *arg)
             sleep_ms(100);
             continue;
         }
-        int64_t t0 = wxgb_now_us();
+        int64_t t0 = prog_mono_us();
         size_t i = 0;
         if (a->body && send(fd, head, sizeof head - 1, MSG_NOSIGNAL) != (ssize_t)sizeof head - 1)
             i = sizeof head; /* cut at once */
@@ -122,7 +122,7 @@ static void *slow_main(void *arg)
         }
         close(fd);
         if (cut) {
-            long long ms = (wxgb_now_us() - t0) / 1000;
+            long long ms = (prog_mono_us() - t0) / 1000;
             atomic_fetch_add(&h->slow_cut[a->body], 1);
             long long seen = atomic_load(&h->slow_cut_ms_max[a->body]);
             while (ms > seen &&
@@ -215,7 +215,7 @@ static void *bad_main(void *arg)
     if (buf == NULL)
         return NULL;
     for (int k = 0; running(h); k++) {
-        int64_t next = wxgb_now_us() + 1000000 / h->bad_rate;
+        int64_t next = prog_mono_us() + 1000000 / h->bad_rate;
         size_t len = bad_request(buf, 80000, k % BAD_KINDS);
         int fd = dial(h, 0);
         if (fd >= 0 && len > 0) {
@@ -234,7 +234,7 @@ static void *bad_main(void *arg)
         }
         if (fd >= 0)
             close(fd);
-        int64_t left = next - wxgb_now_us();
+        int64_t left = next - prog_mono_us();
         if (left > 0)
             sleep_ms((long)(left / 1000));
     }
@@ -252,8 +252,8 @@ static void burst_once(hostile *h, int *fds, int *state, struct pollfd *pf)
         state[i] = fds[i] < 0 ? 2 : 0; /* 0 to send, 1 sent, 2 over */
         open += fds[i] >= 0;
     }
-    int64_t end = wxgb_now_us() + 10000000;
-    while (open > 0 && wxgb_now_us() < end) {
+    int64_t end = prog_mono_us() + 10000000;
+    while (open > 0 && prog_mono_us() < end) {
         for (int i = 0; i < h->burst; i++) {
             pf[i].fd = state[i] == 2 ? -1 : fds[i];
             pf[i].events = state[i] == 0 ? POLLOUT : POLLIN;
@@ -308,9 +308,9 @@ static void *burst_main(void *arg)
     int *state = calloc((size_t)h->burst, sizeof *state);
     struct pollfd *pf = calloc((size_t)h->burst, sizeof *pf);
     while (fds != NULL && state != NULL && pf != NULL && running(h)) {
-        int64_t next = wxgb_now_us() + (int64_t)h->burst_every * 1000000;
+        int64_t next = prog_mono_us() + (int64_t)h->burst_every * 1000000;
         burst_once(h, fds, state, pf);
-        while (running(h) && wxgb_now_us() < next)
+        while (running(h) && prog_mono_us() < next)
             sleep_ms(100);
     }
     free(fds);
@@ -411,7 +411,7 @@ int wxgb_hostile_main(int argc, char **argv)
     h->addr.sin_family = AF_INET;
     h->addr.sin_port = htons((uint16_t)port);
     h->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    h->end_us = wxgb_now_us() + (int64_t)seconds * 1000000;
+    h->end_us = prog_mono_us() + (int64_t)seconds * 1000000;
     h->idle = (int)idle;
     h->bad_rate = (int)bad;
     h->burst = (int)burst;

@@ -318,7 +318,7 @@ int wxgb_protocol_main(int argc, char **argv)
             pjob jobs[16];
             pthread_t th[16];
             double c0 = wxgb_redis_cpu_s(a);
-            int64_t t0 = wxgb_now_us();
+            int64_t t0 = prog_mono_us();
             for (int t = 0; t < threads; t++) {
                 jobs[t] = (pjob){.p = &p, .variant = v, .tid = t};
                 pthread_create(&th[t], NULL, protocol_worker, &jobs[t]);
@@ -328,7 +328,7 @@ int wxgb_protocol_main(int argc, char **argv)
                 pthread_join(th[t], NULL);
                 fails += jobs[t].failures;
             }
-            double secs = (double)(wxgb_now_us() - t0) / 1e6;
+            double secs = (double)(prog_mono_us() - t0) / 1e6;
             double cpu = wxgb_redis_cpu_s(a) - c0;
             double n = (double)p.per_thread * threads;
             printf("| %d | %s | %.0f | %.2f | %ld |\n", round, vname[v], n / secs, cpu * 1e6 / n,

@@ -39,13 +39,6 @@ static const subcommand subcommands[] = {
      "slow, idle, malformed and bursting HTTP clients against wxguard-ingest, for S seconds"},
 };
 
-int64_t wxgb_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int wxgb_parse_u64(const char *s, uint64_t *out)
 {
     if (!s || !*s)

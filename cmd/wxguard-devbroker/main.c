@@ -40,6 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "progclock.h"
+
 #define EXIT_USAGE   2
 #define EXIT_STARTUP 3
 
@@ -169,13 +171,6 @@ static int parse_err(const char *s, rd_kafka_resp_err_t *out)
 
 /* ---- commands ---- */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A command scheduled by "after": lets a test start a fault and its end in one breath, e.g.
  * make a partition leaderless now and give it a leader again in five seconds, while the test
  * itself is blocked producing to that partition. */
@@ -232,7 +227,7 @@ static int run_command(devbroker *d, char *line, char *ans, size_t ans_size)
                              argv[i]);
             off += w > 0 ? (size_t)w : 0;
         }
-        slot->due_ms = mono_ms() + a;
+        slot->due_ms = prog_mono_ms() + a;
         if (slot->due_ms == 0)
             slot->due_ms = 1;
     } else if (strcmp(cmd, "help") == 0) {
@@ -585,14 +580,14 @@ int main(int argc, char **argv)
             pfd[n] = (struct pollfd){.fd = lfd, .events = POLLIN};
             idx[n++] = -1;
         }
-        int64_t now = mono_ms(), wait_ms = 1000;
+        int64_t now = prog_mono_ms(), wait_ms = 1000;
         for (int i = 0; i < MAX_LATER; i++) {
             if (d.later[i].due_ms && d.later[i].due_ms - now < wait_ms)
                 wait_ms = d.later[i].due_ms > now ? d.later[i].due_ms - now : 0;
         }
         /* Without any channel (stdin closed, no socket) this just waits for a signal. */
         int pr = poll(pfd, n, (int)wait_ms);
-        now = mono_ms();
+        now = prog_mono_ms();
         for (int i = 0; i < MAX_LATER && !stop_requested; i++) {
             if (!d.later[i].due_ms || d.later[i].due_ms > now)
                 continue;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "progclock.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 
@@ -178,19 +179,12 @@ int ctl_confirm(const ctl_opts *o, const char *question)
            strcmp(line, "YES") == 0 || strcmp(line, "Yes") == 0;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void ctl_progress(const ctl_opts *o, int force, const char *fmt, ...)
 {
     static int64_t last;
     if (o->quiet)
         return;
-    int64_t now = mono_ms();
+    int64_t now = prog_mono_ms();
     if (!force && now - last < 1000)
         return;
     last = now;

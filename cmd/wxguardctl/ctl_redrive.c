@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "progclock.h"
 #include "wxguard/dlq.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
@@ -129,13 +130,6 @@ static void keyset_free(keyset *s)
     for (size_t i = 0; i < s->cap; i++)
         free(s->v[i]);
     free(s->v);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* A header value as a NUL-terminated copy in buf, or NULL when absent or null. */
@@ -700,10 +694,10 @@ static int read_dlq(rd_run *run)
     if (!run->assigned)
         return EXIT_OK;
     int status = EXIT_OK;
-    int64_t deadline = mono_ms() + run->r.timeout_ms;
+    int64_t deadline = prog_mono_ms() + run->r.timeout_ms;
     while (run->nopen > 0 && status == EXIT_OK &&
            (run->r.limit < 0 || run->s.matched < run->r.limit)) {
-        if (mono_ms() > deadline) {
+        if (prog_mono_ms() > deadline) {
             fprintf(stderr, "%s: timed out with %d partition(s) not read to the end\n", run->o.prog,
                     run->nopen);
             status = EXIT_CONN;

@@ -33,6 +33,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock_int.h"
+
 enum fail_action { ACTION_FAIL, ACTION_RETRY, ACTION_STALL };
 
 typedef struct list {
@@ -204,13 +206,6 @@ static int matches(const fail_state *s, const wxg_msg_view_t *msg, const char *k
     return s->every > 0 && fnv1a64(key) % (uint64_t)s->every == 0;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
-
 static wxg_plugin_result_t fail_handle(void *state, void *thread_state, const wxg_msg_view_t *msg,
                                        wxg_plugin_ctx_t *ctx)
 {
@@ -231,7 +226,7 @@ static wxg_plugin_result_t fail_handle(void *state, void *thread_state, const wx
         return WXG_PLUGIN_OK;
     }
     case ACTION_STALL:
-        sleep_ms(s->stall_ms);
+        wxg__sleep_ms(s->stall_ms);
         return WXG_PLUGIN_OK;
     }
     return WXG_PLUGIN_FAIL;

@@ -55,6 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock_int.h"
+
 #define RECORD_LINE_MAX 4000 /* bytes, newline included; PIPE_BUF is 4096 on Linux */
 
 enum fsync_policy { FSYNC_NEVER, FSYNC_ALWAYS, FSYNC_INTERVAL };
@@ -69,20 +71,6 @@ typedef struct record_state {
     pthread_mutex_t mu; /* only with lock=true */
     atomic_llong last_sync_ms;
 } record_state;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void record_destroy(void *state)
 {
@@ -158,7 +146,7 @@ static int record_init(const wxg_plugin_conf_t *conf, void **state, char *errstr
         rc = WXG_ECONFIG;
         goto fail;
     }
-    atomic_store(&s->last_sync_ms, mono_ms());
+    atomic_store(&s->last_sync_ms, wxg__mono_ms());
     *state = s;
     return 0;
 
@@ -278,7 +266,7 @@ static int maybe_sync(record_state *s, char *why, size_t why_size)
         return 0;
     if (s->fsync == FSYNC_INTERVAL) {
         long long last = atomic_load(&s->last_sync_ms);
-        long long now = mono_ms();
+        long long now = wxg__mono_ms();
         /* One thread wins the interval; the others go on without waiting for the sync. */
         if (now - last < s->fsync_interval_ms ||
             !atomic_compare_exchange_strong(&s->last_sync_ms, &last, now))
@@ -298,7 +286,7 @@ static wxg_plugin_result_t record_handle(void *state, void *thread_state, const 
     record_state *s = state;
     char why[300];
     int truncated = 0;
-    int64_t now = wall_ms();
+    int64_t now = wxg__wall_ms();
     char *line = build_line(s, msg, ctx, now, 0, &truncated);
     if (line && s->include_content) {
         /* Fit the content into what is left of the line; escaping can grow it, so shrink the
