@@ -35,6 +35,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "err_int.h"
+
 typedef struct slot {
     unsigned char fp[WXG_DONECACHE_FP_LEN];
     int64_t expires_ms; /* 0: empty */
@@ -92,8 +94,8 @@ wxg_donecache_t *wxg_donecache_new(size_t entries, char *errstr, size_t errstr_s
     size_t inited = 0;
     if (entries > WXG_DONECACHE_MAX_ENTRIES) {
         if (errstr && errstr_size)
-            snprintf(errstr, errstr_size, "done cache: %zu entries is above the limit of %zu",
-                     entries, WXG_DONECACHE_MAX_ENTRIES);
+            wxg__errf(errstr, errstr_size, "done cache: %zu entries is above the limit of %zu",
+                      entries, WXG_DONECACHE_MAX_ENTRIES);
         return NULL;
     }
     c = calloc(1, sizeof *c);
@@ -126,11 +128,11 @@ wxg_donecache_t *wxg_donecache_new(size_t entries, char *errstr, size_t errstr_s
 
 fail_mutex:
     if (errstr && errstr_size)
-        snprintf(errstr, errstr_size, "done cache: cannot create a mutex");
+        wxg__errf(errstr, errstr_size, "done cache: cannot create a mutex");
     goto fail;
 fail_nomem:
     if (errstr && errstr_size)
-        snprintf(errstr, errstr_size, "done cache: out of memory for %zu entries", entries);
+        wxg__errf(errstr, errstr_size, "done cache: out of memory for %zu entries", entries);
 fail:
     if (c) {
         for (size_t i = 0; i < inited; i++)

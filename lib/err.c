@@ -75,12 +75,17 @@ const char *wxg_err_class_name(wxg_err_class_t cls)
     return "fatal";
 }
 
-void wxg__errf(char *errstr, size_t size, const char *fmt, ...)
+void wxg__verrf(char *errstr, size_t size, const char *fmt, va_list ap)
 {
     if (errstr == NULL || size == 0)
         return;
+    vsnprintf(errstr, size, fmt, ap);
+}
+
+void wxg__errf(char *errstr, size_t size, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errstr, size, fmt, ap);
+    wxg__verrf(errstr, size, fmt, ap);
     va_end(ap);
 }

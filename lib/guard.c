@@ -35,6 +35,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "err_int.h"
 #include "guard_conn_int.h"
 
 struct wxg_guard_s {
@@ -48,16 +49,6 @@ struct wxg_guard_s {
 /* ---------------------------------------------------------------------------------------------
  * Shared helpers (guard_int.h)
  */
-
-void wxg__guard_errf(char *buf, size_t size, const char *fmt, ...)
-{
-    if (!buf || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
 
 int wxg__guard_fill_random(void *buf, size_t len)
 {
@@ -132,7 +123,7 @@ wxg_guard_t *wxg__guard_new_ops(const wxg__guard_ops_t *ops, void *impl,
 {
     wxg_guard_t *g = calloc(1, sizeof *g);
     if (!g) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return NULL;
     }
     g->ops = ops;
@@ -249,13 +240,13 @@ static int conf_check_tls(const wxg_guard_conf_t *conf, char *errstr, size_t err
 static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_size)
 {
     if (!conf) {
-        wxg__guard_errf(errstr, errstr_size, "no configuration");
+        wxg__errf(errstr, errstr_size, "no configuration");
         return WXG_EINVAL;
     }
     if (!wxg__guard_prefix_valid(conf->prefix ? conf->prefix : "wxg:")) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "key prefix must be 1..%d bytes of [A-Za-z0-9:_.-] (no hash-tag braces)",
-                        WXG_GUARD_PREFIX_MAX);
+        wxg__errf(errstr, errstr_size,
+                  "key prefix must be 1..%d bytes of [A-Za-z0-9:_.-] (no hash-tag braces)",
+                  WXG_GUARD_PREFIX_MAX);
         return WXG_ECONFIG;
     }
     if (conf->lease_ms < 10 || conf->inflight_ttl_ms < conf->lease_ms ||
@@ -264,14 +255,13 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         conf->wait_replicas < 0 || (conf->wait_replicas > 0 && conf->wait_timeout_ms <= 0) ||
         conf->reconnect_min_ms < 1 || conf->reconnect_max_ms < conf->reconnect_min_ms ||
         (!conf->unix_path && (conf->port <= 0 || conf->port > 65535)) || conf->db < 0) {
-        wxg__guard_errf(
-            errstr, errstr_size,
-            "invalid guard configuration: need lease_ms >= 10, inflight_ttl_ms >= lease_ms, "
-            "positive timeouts and retentions, batch_max 1..1024, a valid port and db");
+        wxg__errf(errstr, errstr_size,
+                  "invalid guard configuration: need lease_ms >= 10, inflight_ttl_ms >= lease_ms, "
+                  "positive timeouts and retentions, batch_max 1..1024, a valid port and db");
         return WXG_ECONFIG;
     }
     if (conf->password && strlen(conf->password) == 0) {
-        wxg__guard_errf(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
+        wxg__errf(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
         return WXG_ECONFIG;
     }
     return conf_check_tls(conf, errstr, errstr_size);

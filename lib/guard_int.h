@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "clock_int.h"
+#include "err_int.h"
 #include "wxguard/guard.h"
 
 /* ---- The design interface ---- */
@@ -119,9 +120,9 @@ int wxg__guard_plugin_name_valid(const char *name);
 /* Fills buf with random bytes from the kernel (getrandom, else /dev/urandom). 0 or WXG_EIO. */
 int wxg__guard_fill_random(void *buf, size_t len);
 
-/* Formats into buf (NULL or size 0: nothing), as snprintf. */
-void wxg__guard_errf(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* errstr is filled through lib/err_int.h like everywhere. The older name stays for the Redis
+ * connection's files, as wxg__guard_mono_ms does. */
+#define wxg__guard_errf wxg__errf
 
 /* ---- The watchdog over a given handle ---- */
 

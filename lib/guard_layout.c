@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "err_int.h"
 #include "key_int.h"
 #include "wxguard/key.h"
 
@@ -41,22 +42,21 @@ int wxg__guard_required_bits(double n, double p)
 static int geom_check(const wxg_guard_conf_t *c, char *errstr, size_t errstr_size)
 {
     if (c->done_retention_ms <= 0) {
-        wxg__guard_errf(errstr, errstr_size, "done_retention_ms must be positive");
+        wxg__errf(errstr, errstr_size, "done_retention_ms must be positive");
         return WXG_ECONFIG;
     }
     if (!(c->done_expected_rate > 0) || c->done_expected_rate > 1e9) {
-        wxg__guard_errf(errstr, errstr_size, "done_expected_rate must be in (0, 1e9]");
+        wxg__errf(errstr, errstr_size, "done_expected_rate must be in (0, 1e9]");
         return WXG_ECONFIG;
     }
     if (c->done_bucket_target < 1 || c->done_bucket_target > 128) {
-        wxg__guard_errf(
-            errstr, errstr_size,
-            "done_bucket_target must be 1..128 (Redis keeps hashes of up to 128 entries "
-            "compact by default)");
+        wxg__errf(errstr, errstr_size,
+                  "done_bucket_target must be 1..128 (Redis keeps hashes of up to 128 entries "
+                  "compact by default)");
         return WXG_ECONFIG;
     }
     if (c->shard_bits < 0 || c->shard_bits > 16) {
-        wxg__guard_errf(errstr, errstr_size, "shard_bits must be 0..16");
+        wxg__errf(errstr, errstr_size, "shard_bits must be 0..16");
         return WXG_ECONFIG;
     }
     return 0;
@@ -76,10 +76,10 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
     if (r.bucket_ms < 1)
         r.bucket_ms = 1;
     if (r.retention_ms / r.bucket_ms > 64) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "done_bucket_ms too small: claim checks every live time bucket, at most 65 "
-                        "(retention / width = %lld)",
-                        (long long)(r.retention_ms / r.bucket_ms));
+        wxg__errf(errstr, errstr_size,
+                  "done_bucket_ms too small: claim checks every live time bucket, at most 65 "
+                  "(retention / width = %lld)",
+                  (long long)(r.retention_ms / r.bucket_ms));
         return WXG_ECONFIG;
     }
     r.shard_bits = c->shard_bits;
@@ -94,9 +94,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
     if (sel < r.shard_bits)
         sel = r.shard_bits;
     if (sel > WXG__SELECTOR_BITS_MAX) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "selector bits %d exceed %d: lower the rate or the width", sel,
-                        WXG__SELECTOR_BITS_MAX);
+        wxg__errf(errstr, errstr_size, "selector bits %d exceed %d: lower the rate or the width",
+                  sel, WXG__SELECTOR_BITS_MAX);
         return WXG_ECONFIG;
     }
     r.selector_bits = sel;
@@ -109,8 +108,8 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
     if (fb < WXG__FIELD_BYTES_MIN)
         fb = WXG__FIELD_BYTES_MIN;
     if (fb > WXG__FIELD_BYTES_MAX) {
-        wxg__guard_errf(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", fb,
-                        WXG__FIELD_BYTES_MAX);
+        wxg__errf(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", fb,
+                  WXG__FIELD_BYTES_MAX);
         return WXG_ECONFIG;
     }
     r.field_bytes = fb;

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "clock_int.h"
+#include "err_int.h"
 
 struct wxg_guard_watch_s {
     struct wxg_guard_watch_s *prev, *next;
@@ -228,19 +229,19 @@ static void *watchdog_main(void *arg)
 static int watchdog_locks(wxg_guard_watchdog_t *wd, char *errstr, size_t errstr_size)
 {
     if (pthread_mutex_init(&wd->mu, NULL) != 0) {
-        wxg__guard_errf(errstr, errstr_size, "pthread_mutex_init failed");
+        wxg__errf(errstr, errstr_size, "pthread_mutex_init failed");
         return WXG_ENOMEM;
     }
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0) {
-        wxg__guard_errf(errstr, errstr_size, "pthread_condattr_init failed");
+        wxg__errf(errstr, errstr_size, "pthread_condattr_init failed");
         goto fail_cond;
     }
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int crc = pthread_cond_init(&wd->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (crc != 0) {
-        wxg__guard_errf(errstr, errstr_size, "pthread_cond_init failed");
+        wxg__errf(errstr, errstr_size, "pthread_cond_init failed");
         goto fail_cond;
     }
     return 0;
@@ -256,7 +257,7 @@ wxg_guard_watchdog_t *wxg__guard_watchdog_new_on(wxg_guard_t *g, int64_t max_ext
 {
     wxg_guard_watchdog_t *wd = calloc(1, sizeof *wd);
     if (!wd) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         goto fail_alloc;
     }
     wd->g = g;
@@ -272,7 +273,7 @@ wxg_guard_watchdog_t *wxg__guard_watchdog_new_on(wxg_guard_t *g, int64_t max_ext
     if (watchdog_locks(wd, errstr, errstr_size) != 0)
         goto fail_locks;
     if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
-        wxg__guard_errf(errstr, errstr_size, "cannot start the watchdog thread");
+        wxg__errf(errstr, errstr_size, "cannot start the watchdog thread");
         goto fail_thread;
     }
     return wd;

@@ -43,6 +43,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "err_int.h"
 #include "key_int.h"
 #include "recycle_int.h"
 #include "wxguard/err.h"
@@ -281,12 +282,10 @@ fail(dctx *d, int code, const char *fmt, ...)
 {
     if (d->err == 0) {
         d->err = code;
-        if (d->errstr != NULL && d->errsz > 0) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(d->errstr, d->errsz, fmt, ap);
-            va_end(ap);
-        }
+        va_list ap;
+        va_start(ap, fmt);
+        wxg__verrf(d->errstr, d->errsz, fmt, ap);
+        va_end(ap);
     }
     return d->err;
 }
@@ -1847,7 +1846,7 @@ int wxg_decode(const void *buf, size_t len, const wxg_decode_opts_t *opts, wxg_b
         errstr[0] = '\0';
     if (out == NULL || (buf == NULL && len > 0)) {
         if (errstr != NULL && errstr_size > 0)
-            snprintf(errstr, errstr_size, "invalid arguments to wxg_decode");
+            wxg__errf(errstr, errstr_size, "invalid arguments to wxg_decode");
         return WXG_EINVAL;
     }
     *out = NULL;
@@ -1932,7 +1931,7 @@ int wxg_decode_oa_encrypt(const void *buf, size_t len, const wxg_decode_opts_t *
         errstr[0] = '\0';
     if (out == NULL || out_len == NULL || (buf == NULL && len > 0)) {
         if (errstr != NULL && errstr_size > 0)
-            snprintf(errstr, errstr_size, "invalid arguments to wxg_decode_oa_encrypt");
+            wxg__errf(errstr, errstr_size, "invalid arguments to wxg_decode_oa_encrypt");
         return WXG_EINVAL;
     }
     *out = NULL;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "err_int.h"
 #include "plugin_int.h"
 #include "wxguard/err.h"
 
@@ -75,19 +76,6 @@ static const struct {
     {"pgsql", wxg__plugin_pgsql}, {"billing", wxg__plugin_billing},
     {"http", wxg__plugin_http},
 };
-
-static void set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-    if (!errstr || errstr_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, errstr_size, fmt, ap);
-    va_end(ap);
-}
 
 const wxg_plugin_desc_t *wxg_plugin_builtin(const char *name)
 {
@@ -138,18 +126,18 @@ static int load_external(entry *e, const char *path, char *errstr, size_t errstr
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
         const char *why = dlerror();
-        set_err(errstr, errstr_size, "plugins: cannot load plugin '%s': %s", path,
-                why ? why : "unknown dlopen error");
+        wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': %s", path,
+                  why ? why : "unknown dlopen error");
         return WXG_ECONFIG;
     }
     dlerror();
     void *sym = dlsym(dl, WXG_PLUGIN_ENTRY_SYMBOL);
     const char *why = dlerror();
     if (why || !sym) {
-        set_err(errstr, errstr_size,
-                "plugins: '%s' is not a wxguard plugin: no symbol " WXG_PLUGIN_ENTRY_SYMBOL
-                " (%s); export it with WXG_PLUGIN_EXPORT",
-                path, why ? why : "symbol is NULL");
+        wxg__errf(errstr, errstr_size,
+                  "plugins: '%s' is not a wxguard plugin: no symbol " WXG_PLUGIN_ENTRY_SYMBOL
+                  " (%s); export it with WXG_PLUGIN_EXPORT",
+                  path, why ? why : "symbol is NULL");
         dlclose(dl);
         return WXG_EABI;
     }
@@ -158,8 +146,8 @@ static int load_external(entry *e, const char *path, char *errstr, size_t errstr
     memcpy(&entry_fn, &sym, sizeof entry_fn);
     const wxg_plugin_desc_t *desc = entry_fn();
     if (!desc) {
-        set_err(errstr, errstr_size,
-                "plugins: '%s': " WXG_PLUGIN_ENTRY_SYMBOL " returned no descriptor", path);
+        wxg__errf(errstr, errstr_size,
+                  "plugins: '%s': " WXG_PLUGIN_ENTRY_SYMBOL " returned no descriptor", path);
         dlclose(dl);
         return WXG_EABI;
     }
@@ -173,21 +161,21 @@ static int check_desc(const wxg_plugin_desc_t *d, const char *what, char *errstr
                       size_t errstr_size)
 {
     if (d->abi_version != WXG_PLUGIN_ABI_VERSION) {
-        set_err(errstr, errstr_size,
-                "plugins: '%s' was built for plugin ABI version %u, this wxguard speaks version "
-                "%u: rebuild it against this wxguard's include/wxguard/plugin.h",
-                what, (unsigned)d->abi_version, (unsigned)WXG_PLUGIN_ABI_VERSION);
+        wxg__errf(errstr, errstr_size,
+                  "plugins: '%s' was built for plugin ABI version %u, this wxguard speaks version "
+                  "%u: rebuild it against this wxguard's include/wxguard/plugin.h",
+                  what, (unsigned)d->abi_version, (unsigned)WXG_PLUGIN_ABI_VERSION);
         return WXG_EABI;
     }
     if (!valid_name(d->name)) {
-        set_err(errstr, errstr_size,
-                "plugins: '%s' has an invalid name (1 to %d characters of a-z, 0-9, '_', '-')",
-                what, WXG_PLUGIN_NAME_MAX);
+        wxg__errf(errstr, errstr_size,
+                  "plugins: '%s' has an invalid name (1 to %d characters of a-z, 0-9, '_', '-')",
+                  what, WXG_PLUGIN_NAME_MAX);
         return WXG_EABI;
     }
     if (!d->init || !d->handle) {
-        set_err(errstr, errstr_size, "plugins: '%s' (plugin %s) lacks its %s function", what,
-                d->name, d->init ? "handle" : "init");
+        wxg__errf(errstr, errstr_size, "plugins: '%s' (plugin %s) lacks its %s function", what,
+                  d->name, d->init ? "handle" : "init");
         return WXG_EABI;
     }
     return 0;
@@ -204,7 +192,7 @@ static int init_entry(entry *e, const wxg_plugin_kv_t *conf, size_t conf_count, 
     const char **values = calloc(conf_count + 1, sizeof *values);
     int rc = 0;
     if (!keys || !values) {
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         rc = WXG_ENOMEM;
         goto out;
     }
@@ -228,8 +216,8 @@ static int init_entry(entry *e, const wxg_plugin_kv_t *conf, size_t conf_count, 
     if (rc != 0) {
         if (rc > 0)
             rc = WXG_ECONFIG; /* a plugin must return a negative code; do not report success */
-        set_err(errstr, errstr_size, "plugin %s: init failed (%s): %s", name, wxg_err_name(rc),
-                perr[0] ? perr : "no reason given");
+        wxg__errf(errstr, errstr_size, "plugin %s: init failed (%s): %s", name, wxg_err_name(rc),
+                  perr[0] ? perr : "no reason given");
         goto out;
     }
     e->state = state;
@@ -285,13 +273,13 @@ int wxg_plugin_chain_new(const char *spec, const wxg_plugin_kv_t *conf, size_t c
     int rc = 0;
     char item[4096];
     if (!spec || !out || (!conf && conf_count)) {
-        set_err(errstr, errstr_size, "plugins: invalid arguments");
+        wxg__errf(errstr, errstr_size, "plugins: invalid arguments");
         return WXG_EINVAL;
     }
     wxg_plugin_chain_t *chain = calloc(1, sizeof *chain);
     if (!chain || !(chain->e = calloc(MAX_CHAIN, sizeof *chain->e))) {
         free(chain);
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
 
@@ -301,26 +289,26 @@ int wxg_plugin_chain_new(const char *spec, const wxg_plugin_kv_t *conf, size_t c
     while (s) {
         pos++;
         if (next_entry(&s, item, sizeof item) != 0) {
-            set_err(errstr, errstr_size, "plugins: entry %zu is too long", pos);
+            wxg__errf(errstr, errstr_size, "plugins: entry %zu is too long", pos);
             rc = WXG_ECONFIG;
             goto fail;
         }
         if (item[0] == '\0') {
-            set_err(errstr, errstr_size,
-                    "plugins: entry %zu is empty (list plugin names or paths separated by ',')",
-                    pos);
+            wxg__errf(errstr, errstr_size,
+                      "plugins: entry %zu is empty (list plugin names or paths separated by ',')",
+                      pos);
             rc = WXG_ECONFIG;
             goto fail;
         }
         if (chain->n == MAX_CHAIN) {
-            set_err(errstr, errstr_size, "plugins: more than %d plugins", MAX_CHAIN);
+            wxg__errf(errstr, errstr_size, "plugins: more than %d plugins", MAX_CHAIN);
             rc = WXG_ECONFIG;
             goto fail;
         }
         entry *e = &chain->e[chain->n];
         if (strchr(item, '/')) {
             if (!(e->path = strdup(item))) {
-                set_err(errstr, errstr_size, "out of memory");
+                wxg__errf(errstr, errstr_size, "out of memory");
                 rc = WXG_ENOMEM;
                 goto fail;
             }
@@ -330,10 +318,10 @@ int wxg_plugin_chain_new(const char *spec, const wxg_plugin_kv_t *conf, size_t c
         } else {
             e->desc = wxg_plugin_builtin(item);
             if (!e->desc) {
-                set_err(errstr, errstr_size,
-                        "plugins: unknown built-in plugin '%s' (built-ins: %s; give an external "
-                        "plugin by its path, e.g. ./%s.so)",
-                        item, wxg_plugin_builtin_names(), item);
+                wxg__errf(errstr, errstr_size,
+                          "plugins: unknown built-in plugin '%s' (built-ins: %s; give an external "
+                          "plugin by its path, e.g. ./%s.so)",
+                          item, wxg_plugin_builtin_names(), item);
                 rc = WXG_ECONFIG;
                 goto fail;
             }
@@ -343,10 +331,10 @@ int wxg_plugin_chain_new(const char *spec, const wxg_plugin_kv_t *conf, size_t c
             goto fail;
         for (size_t j = 0; j + 1 < chain->n; j++) {
             if (strcmp(chain->e[j].desc->name, e->desc->name) == 0) {
-                set_err(errstr, errstr_size,
-                        "plugins: plugin '%s' appears twice (entries %zu and %zu); a name may "
-                        "run once per message",
-                        e->desc->name, j + 1, chain->n);
+                wxg__errf(errstr, errstr_size,
+                          "plugins: plugin '%s' appears twice (entries %zu and %zu); a name may "
+                          "run once per message",
+                          e->desc->name, j + 1, chain->n);
                 rc = WXG_ECONFIG;
                 goto fail;
             }
@@ -402,7 +390,7 @@ int wxg_plugin_thread_new(wxg_plugin_chain_t *chain, wxg_plugin_thread_t **out, 
     wxg_plugin_thread_t *thr = calloc(1, sizeof *thr);
     if (!thr || !(thr->tstate = calloc(chain->n + 1, sizeof *thr->tstate))) {
         free(thr);
-        set_err(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     thr->chain = chain;
@@ -415,8 +403,8 @@ int wxg_plugin_thread_new(wxg_plugin_chain_t *chain, wxg_plugin_thread_t **out, 
         if (rc != 0) {
             if (rc > 0)
                 rc = WXG_EPLUGIN;
-            set_err(errstr, errstr_size, "plugin %s: thread_init failed (%s): %s", e->desc->name,
-                    wxg_err_name(rc), perr[0] ? perr : "no reason given");
+            wxg__errf(errstr, errstr_size, "plugin %s: thread_init failed (%s): %s", e->desc->name,
+                      wxg_err_name(rc), perr[0] ? perr : "no reason given");
             thread_unwind(thr, i);
             free(thr->tstate);
             free(thr);

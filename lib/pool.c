@@ -37,6 +37,7 @@
 #include <sys/prctl.h>
 
 #include "clock_int.h"
+#include "err_int.h"
 #include "wxguard/err.h"
 
 enum { L_READY = 1, L_RUNNING, L_DELAYED };
@@ -509,7 +510,7 @@ wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
     }
     if (!conf || !ops || !ops->run || conf->workers == 0 || conf->capacity == 0 ||
         conf->batch_max == 0 || conf->batch_delay_us < 0 || conf->high_watermark > conf->capacity) {
-        snprintf(errstr, errstr_size, "pool: invalid configuration");
+        wxg__errf(errstr, errstr_size, "pool: invalid configuration");
         return NULL;
     }
     wxg_pool_t *p = calloc(1, sizeof *p);
@@ -520,7 +521,7 @@ wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
     if (p->conf.high_watermark == 0)
         p->conf.high_watermark = p->conf.capacity;
     if (p->conf.low_watermark >= p->conf.high_watermark) {
-        snprintf(errstr, errstr_size, "pool: low_watermark must be below high_watermark");
+        wxg__errf(errstr, errstr_size, "pool: low_watermark must be below high_watermark");
         free(p);
         return NULL;
     }
@@ -580,9 +581,9 @@ wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
     pthread_mutex_unlock(&p->mu);
     if (started < conf->workers || rc != 0) {
         if (rc != 0)
-            snprintf(errstr, errstr_size, "pool: %s", p->init_err);
+            wxg__errf(errstr, errstr_size, "pool: %s", p->init_err);
         else
-            snprintf(errstr, errstr_size, "pool: cannot start worker threads");
+            wxg__errf(errstr, errstr_size, "pool: cannot start worker threads");
         stop_workers(p);
         goto fail_threads;
     }
@@ -603,7 +604,7 @@ fail_collect:
 fail_mem:
     pool_free(p);
 fail_alloc:
-    snprintf(errstr, errstr_size, "pool: out of memory");
+    wxg__errf(errstr, errstr_size, "pool: out of memory");
     return NULL;
 }
 
