@@ -82,7 +82,10 @@
  * worker or from the watchdog; WXG_ENOMEM; librdkafka's fatal error as WXG_ESTATE) -> orderly
  * shutdown, whose drain stops once only delayed work is left, and wxg_consumer_run returns
  * the code (wxguard-consumer exits 1); DLQ unwritable
- * -> the message waits and retries, holding its partition's watermark; stores for partitions no
+ * -> the message waits and retries, holding its partition's watermark; a record that does not
+ * decode is parked only when its code is poison (the record is bad), while a decode that fails
+ * for another reason (out of memory) parks nothing, leaves the offset unfinished and, being
+ * fatal, stops the consumer (rec_jobs); stores for partitions no
  * longer ours (_STATE) and late completions are counted, not errors; a synchronous commit (at
  * a revoke, and the final one) that gets no answer within commit_timeout_ms is abandoned, and a
  * close that does not finish within session.timeout.ms (within commit_timeout_ms after such a
@@ -1129,17 +1132,28 @@ static void rec_view(rec *r, const cpart *p)
 }
 
 /* Makes the record's jobs and puts them on the pending list: one per decoded message, or one
- * that parks a record that did not decode (`err` says why). */
+ * that parks a record that did not decode (`err` says why). A decode failure that is not the
+ * record's fault (its class is not poison: out of memory) parks nothing: the record is
+ * cancelled, so its offset stays unfinished, and a fatal class stops the consumer. */
 static void rec_jobs(wxg_consumer_t *c, rec *r, const char *err)
 {
     const wxg__pl_record_t *v = &r->view;
     if (r->decode_err != 0) {
-        wxg_counter_inc(c->m.decode_errors);
-        r->decode_reason = strdup(err);
         job *j = &r->jobs[0];
         j->r = r;
         j->conv = wxg_pool_hash(v->topic, strlen(v->topic)) ^ (uint64_t)v->partition;
-        wxg__pipeline_item_park(&j->it, &r->view, r->decode_err, err);
+        if (wxg__pipeline_item_park(&j->it, &r->view, r->decode_err, err) != 0) {
+            wxg_log(WXG_LOG_ERROR, "decode_failed", WXG_LS("topic", v->topic),
+                    WXG_LI("partition", v->partition), WXG_LI("offset", v->offset),
+                    WXG_LERR(r->decode_err),
+                    WXG_LS("class", wxg_err_class_name(wxg_err_class(r->decode_err))),
+                    WXG_LS("reason", err));
+            stop_if_fatal(c, r->decode_err);
+            worker_cancelled(c, j);
+            return;
+        }
+        wxg_counter_inc(c->m.decode_errors);
+        r->decode_reason = strdup(err);
         wxg_log(WXG_LOG_WARN, "decode_error", WXG_LS("topic", v->topic),
                 WXG_LI("partition", v->partition), WXG_LI("offset", v->offset),
                 WXG_LERR(r->decode_err), WXG_LS("reason", err));

@@ -583,14 +583,16 @@ void wxg__pipeline_item_init(wxg__pl_item_t *it, wxg__pl_record_t *rec, const wx
     it->phase = WXG__PL_CLAIM;
 }
 
-void wxg__pipeline_item_park(wxg__pl_item_t *it, wxg__pl_record_t *rec, int code,
-                             const char *reason)
+int wxg__pipeline_item_park(wxg__pl_item_t *it, wxg__pl_record_t *rec, int code, const char *reason)
 {
+    if (wxg_err_class(code) != WXG_CLASS_POISON)
+        return code ? code : WXG_EINVAL;
     it->rec = rec;
     it->msg = NULL;
     it->phase = WXG__PL_DEAD_LETTER;
     set_failure(it, code, NULL, reason);
     it->attempts = 1;
+    return 0;
 }
 
 void wxg__pipeline_item_drop(const wxg__pipeline_conf_t *conf, wxg__pl_item_t *it)

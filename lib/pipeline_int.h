@@ -169,10 +169,14 @@ int wxg__pipeline_run(wxg__pl_worker_t *w, void *const *items, size_t n, int64_t
 /* Makes `it` a message of `rec` that starts at its claim. */
 void wxg__pipeline_item_init(wxg__pl_item_t *it, wxg__pl_record_t *rec, const wxg_msg_view_t *msg);
 
-/* Makes `it` stand for a record that cannot be processed (e.g. it did not decode): it goes
- * straight to the dead letter with `code` and `reason` (copied; may be NULL), one attempt. */
-void wxg__pipeline_item_park(wxg__pl_item_t *it, wxg__pl_record_t *rec, int code,
-                             const char *reason);
+/* Makes `it` stand for a record that cannot be processed (it did not decode): it goes straight
+ * to the dead letter with `code` and `reason` (copied; may be NULL), one attempt, and returns 0.
+ * Only a poison code parks (the record itself is bad). Any other class -- out of memory while
+ * decoding, a decoder refusing its own configuration -- is not the record's fault: a dead letter
+ * would lose a good message, so nothing is parked, `it` is left as it was, and `code` is
+ * returned; the caller leaves the record unfinished and stops when the class is fatal. */
+int wxg__pipeline_item_park(wxg__pl_item_t *it, wxg__pl_record_t *rec, int code,
+                            const char *reason);
 
 /* Takes an item out of the pipeline without finishing it (its partition was revoked, or the
  * pool is shutting down): marks it done and drops its claim and lease registration. Any

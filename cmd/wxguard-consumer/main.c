@@ -187,7 +187,7 @@ int main(int argc, char **argv)
      * librdkafka repeats while the consumer never reaches Kafka. Brokers that are down are
      * waited for, as before. */
     rc = wxg_producer_check(producer, KAFKA_CHECK_MS, err, sizeof err);
-    if (rc == WXG_EAUTH) {
+    if (wxg_err_class(rc) == WXG_CLASS_FATAL) { /* refused credentials */
         rd_kafka_conf_destroy(kconf);
         wxg_log(WXG_LOG_ERROR, "kafka_auth_failed", WXG_LERR(rc), WXG_LS("reason", err));
         goto out;

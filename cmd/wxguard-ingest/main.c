@@ -96,7 +96,7 @@ int main(int argc, char **argv)
     /* A wrong SASL password is a start-up error; brokers that are down are waited for (requests
      * get 503 meanwhile), as before. */
     int rc = wxg_ingest_check_kafka(in, KAFKA_CHECK_MS, err, sizeof err);
-    if (rc == WXG_EAUTH) {
+    if (wxg_err_class(rc) == WXG_CLASS_FATAL) { /* refused credentials */
         wxg_log(WXG_LOG_ERROR, "kafka_auth_failed", WXG_LERR(rc), WXG_LS("reason", err));
         goto out;
     }

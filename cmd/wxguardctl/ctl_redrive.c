@@ -168,7 +168,7 @@ static int check_kafka(const ctl_opts *o, const wxg_conf_t *conf, wxg_producer_t
     wxg_producer_t *own = p ? NULL : make_producer(conf, err, sizeof err);
     int rc = p || own ? wxg_producer_check(p ? p : own, KAFKA_CHECK_MS, err, sizeof err) : 0;
     wxg_producer_destroy(own, 0);
-    if (rc == WXG_EAUTH) {
+    if (wxg_err_class(rc) == WXG_CLASS_FATAL) { /* refused credentials */
         fprintf(stderr, "%s: %s\n", o->prog, err);
         return -1;
     }
@@ -302,7 +302,9 @@ static int reproduce(rd_state *s, const rd_kafka_message_t *m, rd_kafka_headers_
     }
     v->action = "failed";
     v->reason = errbuf;
-    return rc == WXG_EAUTH ? EXIT_CONN : 0;
+    /* A fatal class (credentials refused, librdkafka's fatal error) ends the run; another
+     * failure is this record's, and the next one is tried. */
+    return wxg_err_class(rc) == WXG_CLASS_FATAL ? EXIT_CONN : 0;
 }
 
 /* Counts the record and prints its line (or adds its JSON object). */

@@ -9,7 +9,8 @@
  *   - retries exhausting retry_max: a dead letter;
  *   - Redis unreachable (WXG_ECONN): the whole batch re-queued with a backoff, nothing finished;
  *   - a fatal error (WXG_ECONFIG, WXG_EAUTH): returned to the caller, nothing finished;
- *   - a dead letter that cannot be written waits and is written later.
+ *   - a dead letter that cannot be written waits and is written later;
+ *   - a record that did not decode is parked only for a poison code, never for want of memory.
  * Plugins are the built-in noop and fail. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -554,7 +555,7 @@ static void a_dead_letter_that_cannot_be_written_waits_and_is_written_later(void
     /* A record that did not decode goes straight to the dead letter, with no claim. */
     wxg__pl_item_t *parked = &x->items[x->n];
     x->recs[x->n] = x->recs[0];
-    wxg__pipeline_item_park(parked, &x->recs[x->n], WXG_EPARSE, "not JSON");
+    assert_int_equal(wxg__pipeline_item_park(parked, &x->recs[x->n], WXG_EPARSE, "not JSON"), 0);
     x->n++;
     uint64_t claims = fakeguard_calls(x->f, FG_CLAIM);
     assert_int_equal(run(x), 0);
@@ -563,6 +564,37 @@ static void a_dead_letter_that_cannot_be_written_waits_and_is_written_later(void
     assert_string_equal(x->letters[1].key, "");
     assert_int_equal(fakeguard_calls(x->f, FG_CLAIM), claims);
     assert_int_equal(x->nfinished, 2);
+    teardown(x);
+}
+
+static void a_decode_that_ran_out_of_memory_parks_nothing(void **state)
+{
+    (void)state;
+    fixture *x = setup("noop", NULL, 0);
+    /* The record is not at fault: a dead letter would lose a good message. park refuses it
+     * and leaves the item as it was; the caller keeps the record unfinished and stops. */
+    static const int not_poison[] = {WXG_ENOMEM, WXG_EINVAL, WXG_ETIMEDOUT};
+    for (size_t i = 0; i < sizeof not_poison / sizeof not_poison[0]; i++) {
+        wxg__pl_item_t it = {0};
+        x->recs[0] = (wxg__pl_record_t){.topic = TOPIC, .partition = 2, .offset = 100};
+        assert_int_equal(wxg__pipeline_item_park(&it, &x->recs[0], not_poison[i], "no memory"),
+                         not_poison[i]);
+        assert_null(it.rec);
+        assert_int_equal(it.phase, WXG__PL_CLAIM);
+        assert_int_equal(it.fail_code, 0);
+        assert_null(it.fail_reason);
+    }
+    /* Every poison code parks. */
+    static const int poison[] = {WXG_ETOOBIG,    WXG_EDEPTH, WXG_EPARSE,   WXG_EFORMAT,
+                                 WXG_ENOACCOUNT, WXG_EUTF8,  WXG_EOVERFLOW};
+    for (size_t i = 0; i < sizeof poison / sizeof poison[0]; i++) {
+        wxg__pl_item_t it = {0};
+        assert_int_equal(wxg__pipeline_item_park(&it, &x->recs[0], poison[i], "bad"), 0);
+        assert_int_equal(it.phase, WXG__PL_DEAD_LETTER);
+        assert_int_equal(it.fail_code, poison[i]);
+        wxg__pipeline_item_clear(&it);
+    }
+    assert_int_equal(x->nletters, 0);
     teardown(x);
 }
 
@@ -579,6 +611,7 @@ int main(void)
         cmocka_unit_test(redis_unreachable_requeues_the_whole_batch_with_a_backoff),
         cmocka_unit_test(a_fatal_error_is_returned_to_the_caller_and_finishes_nothing),
         cmocka_unit_test(a_dead_letter_that_cannot_be_written_waits_and_is_written_later),
+        cmocka_unit_test(a_decode_that_ran_out_of_memory_parks_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
