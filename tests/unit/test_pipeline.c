@@ -9,7 +9,10 @@
  *   - retries exhausting retry_max: a dead letter;
  *   - Redis unreachable (WXG_ECONN): the whole batch re-queued with a backoff, nothing finished;
  *   - a fatal error (WXG_ECONFIG, WXG_EAUTH): returned to the caller, nothing finished;
- *   - a dead letter that cannot be written waits and is written later;
+ *   - a dead letter that cannot be written waits and is written later; a fatal error from the
+ *     sink is returned to the caller, and the record waits without its FAILED mark;
+ *   - sub-markers that cannot be written leave it to complete, which finishes the message;
+ *   - a lease the watchdog found lost while a dead letter waited: the old owner writes none;
  *   - a record that did not decode is parked only for a poison code, never for want of memory.
  * Plugins are the built-in noop and fail. */
 #include <stdarg.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakeguard.h"
 #include "guard_int.h"
@@ -177,14 +181,15 @@ static wxg__pl_worker_t *make_worker(fixture *x, wxg__pipeline_conf_t *conf, uns
 
 /* Sets up the fake guard, the watchdog over it, the chain and one worker; retry_max 3 and
  * short backoffs, so that the delays returned can be checked. */
-static fixture *setup(const char *spec, const wxg_plugin_kv_t *kv, size_t nkv)
+static fixture *setup_lease(const char *spec, const wxg_plugin_kv_t *kv, size_t nkv,
+                            int64_t lease_ms)
 {
     fixture *x = calloc(1, sizeof *x);
     assert_non_null(x);
     x->f = fakeguard_new();
     assert_non_null(x->f);
     wxg_guard_conf_init(&x->gconf);
-    x->gconf.lease_ms = 10000;
+    x->gconf.lease_ms = lease_ms;
     char err[256] = "";
     x->wd = wxg__guard_watchdog_new_on(fakeguard_handle(x->f, &x->gconf), 0, 0, err, sizeof err);
     assert_non_null(x->wd);
@@ -204,6 +209,11 @@ static fixture *setup(const char *spec, const wxg_plugin_kv_t *kv, size_t nkv)
                                      .finished_arg = x};
     x->w = make_worker(x, &x->conf, 0);
     return x;
+}
+
+static fixture *setup(const char *spec, const wxg_plugin_kv_t *kv, size_t nkv)
+{
+    return setup_lease(spec, kv, nkv, 10000);
 }
 
 static void teardown(fixture *x)
@@ -567,6 +577,86 @@ static void a_dead_letter_that_cannot_be_written_waits_and_is_written_later(void
     teardown(x);
 }
 
+static void a_fatal_dead_letter_error_is_returned_and_the_record_waits(void **state)
+{
+    (void)state;
+    static const wxg_plugin_kv_t fail[] = FAIL_KV("fail");
+    fixture *x = setup("fail", fail, 3);
+    const char *key = add_message(x, 40);
+    /* Kafka refuses the dead-letter producer's credentials. */
+    x->sink_fail_rc = WXG_EAUTH;
+    x->sink_fail_count = 1;
+    assert_int_equal(run(x), WXG_EAUTH);
+    assert_true(x->out[0] >= 0);
+    assert_int_equal(x->items[0].phase, WXG__PL_DEAD_LETTER);
+    assert_int_equal(x->nfinished, 0);
+    assert_int_equal(x->nletters, 0);
+    assert_int_equal(value(x->m.dlq_errors), 1);
+    /* Not marked FAILED either: nothing moves until the dead letter is durable. */
+    assert_int_equal(fakeguard_state(x->f, key, NULL, NULL), WXG_GUARD_PROCESSING);
+    assert_int_equal(fakeguard_calls(x->f, FG_FAIL), 0);
+    /* Once the sink works again (after a restart, say) it is written, then marked. */
+    assert_int_equal(run(x), 0);
+    assert_int_equal(x->nletters, 1);
+    assert_int_equal(x->nfinished, 1);
+    assert_int_equal(fakeguard_state(x->f, key, NULL, NULL), WXG_GUARD_FAILED);
+    teardown(x);
+}
+
+static void markers_that_cannot_be_written_leave_it_to_complete(void **state)
+{
+    (void)state;
+    static const wxg_plugin_kv_t kv[] = {{"plugin.fail.match.keys", "nothing-matches"}};
+    fixture *x = setup("noop,fail", kv, 1); /* noop's sub-marker is due after it ran */
+    const char *key = add_message(x, 41);
+    fakeguard_fail_next(x->f, FG_PLUGIN_DONE, WXG_ECONN, 1);
+    /* The markers only spare work after a partial failure: complete still decides, and the
+     * message is DONE in the same run. */
+    assert_int_equal(run(x), 0);
+    assert_int_equal(x->out[0], WXG_POOL_FINISHED);
+    assert_int_equal(x->nfinished, 1);
+    assert_int_equal(value(x->m.guard_errors[WXG__PL_OP_PLUGIN_DONE]), 1);
+    assert_int_equal(value(x->m.processed), 1);
+    assert_int_equal(plugin_runs(x, 0, WXG__PL_OK), 1);
+    assert_int_equal(plugin_runs(x, 1, WXG__PL_OK), 1);
+    assert_int_equal(fakeguard_state(x->f, key, NULL, NULL), WXG_GUARD_DONE);
+    teardown(x);
+}
+
+static void a_lease_the_watchdog_lost_stops_the_old_owners_dead_letter(void **state)
+{
+    (void)state;
+    static const wxg_plugin_kv_t fail[] = FAIL_KV("fail");
+    /* A short lease, so that the watchdog renews every 100 ms. */
+    fixture *x = setup_lease("fail", fail, 3, 300);
+    const char *key = add_message(x, 42);
+    /* The plugin fails for good, and the dead letter cannot be written yet: the item waits at
+     * its dead letter, still holding its claim and its watchdog registration. */
+    x->sink_fail_rc = WXG_ETIMEDOUT;
+    x->sink_fail_count = 1;
+    assert_int_equal(run(x), 0);
+    assert_int_equal(x->items[0].phase, WXG__PL_DEAD_LETTER);
+    assert_non_null(x->items[0].watch);
+    /* Meanwhile another owner takes the message over; the watchdog's next renewal learns it. */
+    fakeguard_steal(x->f, key);
+    for (int i = 0; i < 200 && wxg_guard_watch_status(x->items[0].watch) != WXG_GUARD_WATCH_LOST;
+         i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(wxg_guard_watch_status(x->items[0].watch), WXG_GUARD_WATCH_LOST);
+    /* The old owner writes no dead letter: a fresh claim decides, and finds the new owner. */
+    assert_int_equal(run(x), 0);
+    assert_int_equal(x->nletters, 0);
+    assert_int_equal(x->nfinished, 0);
+    assert_int_equal(x->items[0].phase, WXG__PL_CLAIM);
+    assert_int_equal(value(x->m.lease_lost), 1);
+    assert_int_equal(run(x), 0);
+    assert_int_equal(value(x->m.claims[WXG__PL_BUSY]), 1);
+    assert_int_equal(x->nletters, 0);
+    teardown(x);
+}
+
 static void a_decode_that_ran_out_of_memory_parks_nothing(void **state)
 {
     (void)state;
@@ -611,6 +701,9 @@ int main(void)
         cmocka_unit_test(redis_unreachable_requeues_the_whole_batch_with_a_backoff),
         cmocka_unit_test(a_fatal_error_is_returned_to_the_caller_and_finishes_nothing),
         cmocka_unit_test(a_dead_letter_that_cannot_be_written_waits_and_is_written_later),
+        cmocka_unit_test(a_fatal_dead_letter_error_is_returned_and_the_record_waits),
+        cmocka_unit_test(markers_that_cannot_be_written_leave_it_to_complete),
+        cmocka_unit_test(a_lease_the_watchdog_lost_stops_the_old_owners_dead_letter),
         cmocka_unit_test(a_decode_that_ran_out_of_memory_parks_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
