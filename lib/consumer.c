@@ -31,7 +31,7 @@
  * Partitions: one table (`parts`, grown by the poll thread only, entries never freed before
  * the consumer) holds everything about a partition: its Kafka state (assigned, paused, lag,
  * stall), its records in flight, its claim times waiting for a commit, and its finished
- * watermark (a wxg_offsets_t, include/wxguard/offsets.h, which takes no lock of its own: it
+ * watermark (a wxg__offsets_t, lib/offsets_int.h, which takes no lock of its own: it
  * was a second table with a second lock per partition, and finishing a record took both).
  *
  * Locks: each partition has one small mutex (`cpart.mu`) over its list of records in flight (in
@@ -73,8 +73,9 @@
  * backlog is full is paused at once (librdkafka keeps a pause across re-assignment).
  *
  * Batch delay: a worker waits up to batch_delay_us for a batch to fill, but the poll thread
- * submits the last message it has with wxg_pool_submit_last whenever nothing more is fetched, so at
- * light load a partial batch leaves at once and batching adds no latency; under load batches fill.
+ * submits the last message it has with wxg__pool_submit_last whenever nothing more is fetched, so
+ * at light load a partial batch leaves at once and batching adds no latency; under load batches
+ * fill.
  *
  * Failure modes, decided by the error's class (wxg_err_class, stop_if_fatal): Redis
  * unreachable -> whole-batch re-queue with capped backoff (nothing finishes, so nothing commits
@@ -106,14 +107,14 @@
 #include <time.h>
 
 #include "clock_int.h"
+#include "donecache_int.h"
 #include "err_int.h"
+#include "offsets_int.h"
 #include "pipeline_int.h"
+#include "pool_int.h"
 #include "recycle_int.h"
-#include "wxguard/donecache.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
-#include "wxguard/offsets.h"
-#include "wxguard/pool.h"
 
 #define STORE_EVERY_MS     20
 #define PAUSE_EVERY_MS     10
@@ -152,7 +153,7 @@ struct rec {
     int64_t dispatched_us;
     wxg_batch_t *batch;
     cpart *part;
-    wxg_offsets_ticket_t ticket;
+    wxg__offsets_ticket_t ticket;
     atomic_int refs;
     atomic_int cancelled;
     rec *lprev, *lnext; /* the partition's in-flight list, under part->mu */
@@ -190,7 +191,7 @@ struct cpart {
     rec *head, *tail; /* records in flight, oldest first */
     c2c_entry *c2c;   /* C2C_RING entries: finished records waiting for a commit */
     size_t c2c_head, c2c_len;
-    wxg_offsets_t *wm; /* the finished watermark of the current assignment */
+    wxg__offsets_t *wm; /* the finished watermark of the current assignment */
 };
 
 /* The consumer's metric handles (docs/metrics.md); those the pipeline bumps are in `pl`. */
@@ -213,7 +214,7 @@ struct wxg_consumer_s {
     rd_kafka_t *rk;
     rd_kafka_queue_t *rkq;         /* the consumer queue, for rd_kafka_queue_yield() */
     wxg__pipeline_conf_t pipeline; /* shared by the workers' pipelines */
-    wxg_pool_t *pool;
+    wxg__pool_t *pool;
     wxg_guard_watchdog_t *wd;
     /* The near cache the workers share (guard_conf.done_cache); owned when created here, and
      * destroyed only after every worker's guard handle. */
@@ -403,7 +404,7 @@ static void rec_release(wxg_consumer_t *c, rec *r)
             (c2c_entry){.offset = r->rkm->offset, .claimed_us = claimed, .epoch = r->ticket.epoch};
         p->c2c_len++;
     }
-    int stale = !cancelled && wxg_offsets_finish(p->wm, &r->ticket) == WXG_ESTATE;
+    int stale = !cancelled && wxg__offsets_finish(p->wm, &r->ticket) == WXG_ESTATE;
     pthread_mutex_unlock(&p->mu);
     if (stale)
         atomic_fetch_add(&c->stale_finishes, 1);
@@ -569,9 +570,9 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
         return NULL;
     p->topic = strdup(topic);
     p->c2c = calloc(C2C_RING, sizeof *p->c2c);
-    p->wm = wxg_offsets_new(NULL, 0);
+    p->wm = wxg__offsets_new(NULL, 0);
     if (!p->topic || !p->c2c || !p->wm || pthread_mutex_init(&p->mu, NULL) != 0) {
-        wxg_offsets_destroy(p->wm);
+        wxg__offsets_destroy(p->wm);
         free(p->c2c);
         free(p->topic);
         free(p);
@@ -587,7 +588,7 @@ static cpart *part_get(wxg_consumer_t *c, const char *topic, int32_t partition)
 static int part_committable(cpart *p, int64_t *offset)
 {
     pthread_mutex_lock(&p->mu);
-    int rc = wxg_offsets_committable(p->wm, offset);
+    int rc = wxg__offsets_committable(p->wm, offset);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -595,7 +596,7 @@ static int part_committable(cpart *p, int64_t *offset)
 static size_t part_window(cpart *p)
 {
     pthread_mutex_lock(&p->mu);
-    size_t n = wxg_offsets_window(p->wm);
+    size_t n = wxg__offsets_window(p->wm);
     pthread_mutex_unlock(&p->mu);
     return n;
 }
@@ -603,7 +604,7 @@ static size_t part_window(cpart *p)
 static int part_assign(cpart *p, uint64_t *epoch)
 {
     pthread_mutex_lock(&p->mu);
-    int rc = wxg_offsets_assign(p->wm, epoch);
+    int rc = wxg__offsets_assign(p->wm, epoch);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -737,7 +738,7 @@ static void store_offsets(wxg_consumer_t *c)
         if (!p->assigned)
             continue;
         pthread_mutex_lock(&p->mu);
-        int advanced = wxg_offsets_advanced(p->wm, &off);
+        int advanced = wxg__offsets_advanced(p->wm, &off);
         pthread_mutex_unlock(&p->mu);
         if (advanced)
             rd_kafka_topic_partition_list_add(l, p->topic, p->partition)->offset = off;
@@ -947,11 +948,11 @@ static int revoke_drain(wxg_consumer_t *c, cpart *const *v, size_t nv, int lost)
         int64_t left = deadline - wxg__mono_ms();
         if (left < 0)
             left = 0;
-        if (wxg_pool_wait_tag(c->pool, v[i]->tag, left) != 0)
+        if (wxg__pool_wait_tag(c->pool, v[i]->tag, left) != 0)
             timed_out = 1;
     }
     for (size_t i = 0; c->pool && i < nv; i++)
-        wxg_pool_cancel(c->pool, v[i]->tag);
+        wxg__pool_cancel(c->pool, v[i]->tag);
     if (timed_out)
         wxg_counter_inc(c->m.revoke_timeouts);
     return timed_out;
@@ -1000,7 +1001,7 @@ static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
         v[i]->paused = 0;
         wxg_gauge_clear(v[i]->lag);
         pthread_mutex_lock(&v[i]->mu);
-        wxg_offsets_revoke(v[i]->wm);
+        wxg__offsets_revoke(v[i]->wm);
         v[i]->c2c_head = v[i]->c2c_len = 0;
         pthread_mutex_unlock(&v[i]->mu);
     }
@@ -1042,7 +1043,7 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     for (size_t i = 0; i < nv; i++) {
         drop_pending_of(c, v[i]);
         if (c->pool)
-            wxg_pool_cancel_delayed(c->pool, v[i]->tag);
+            wxg__pool_cancel_delayed(c->pool, v[i]->tag);
     }
     /* 2. Drain. */
     int timed_out = revoke_drain(c, v, nv, lost);
@@ -1082,9 +1083,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 static uint64_t conv_hash(const wxg_msg_view_t *m)
 {
-    uint64_t h = wxg_pool_hash(m->account, strlen(m->account));
+    uint64_t h = wxg__pool_hash(m->account, strlen(m->account));
     const char *conv = m->conversation && m->conversation[0] ? m->conversation : m->key;
-    return h ^ (wxg_pool_hash(conv, strlen(conv)) * 0x9e3779b97f4a7c15ULL);
+    return h ^ (wxg__pool_hash(conv, strlen(conv)) * 0x9e3779b97f4a7c15ULL);
 }
 
 static void flush_pending(wxg_consumer_t *c)
@@ -1098,8 +1099,8 @@ static void flush_pending(wxg_consumer_t *c)
         /* Once submitted, a worker may finish the job and free its record at any moment:
          * read what we need from it first. */
         job *next = j->pnext;
-        int rc = idle && !next ? wxg_pool_submit_last(c->pool, j->conv, j->r->part->tag, &j->it)
-                               : wxg_pool_submit(c->pool, j->conv, j->r->part->tag, &j->it);
+        int rc = idle && !next ? wxg__pool_submit_last(c->pool, j->conv, j->r->part->tag, &j->it)
+                               : wxg__pool_submit(c->pool, j->conv, j->r->part->tag, &j->it);
         if (rc == WXG_EBUSY)
             break;
         c->pending_head = next;
@@ -1141,7 +1142,7 @@ static void rec_jobs(wxg_consumer_t *c, rec *r, const char *err)
     if (r->decode_err != 0) {
         job *j = &r->jobs[0];
         j->r = r;
-        j->conv = wxg_pool_hash(v->topic, strlen(v->topic)) ^ (uint64_t)v->partition;
+        j->conv = wxg__pool_hash(v->topic, strlen(v->topic)) ^ (uint64_t)v->partition;
         if (wxg__pipeline_item_park(&j->it, &r->view, r->decode_err, err) != 0) {
             wxg_log(WXG_LOG_ERROR, "decode_failed", WXG_LS("topic", v->topic),
                     WXG_LI("partition", v->partition), WXG_LI("offset", v->offset),
@@ -1187,9 +1188,9 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
     }
     if (m->offset + 1 > p->next)
         p->next = m->offset + 1;
-    wxg_offsets_ticket_t ticket;
+    wxg__offsets_ticket_t ticket;
     pthread_mutex_lock(&p->mu);
-    int rc = wxg_offsets_dispatch(p->wm, m->offset, &ticket);
+    int rc = wxg__offsets_dispatch(p->wm, m->offset, &ticket);
     pthread_mutex_unlock(&p->mu);
     if (rc != 0) {
         /* A re-fetch of something already in hand, or not ours: nothing to do. */
@@ -1328,15 +1329,15 @@ static void log_stats(wxg_consumer_t *c)
  * wxg_consumer_stats() ever touches the pool (which shutdown destroys). */
 static void refresh_gauges(wxg_consumer_t *c)
 {
-    wxg_pool_stats_t ps;
+    wxg__pool_stats_t ps;
     memset(&ps, 0, sizeof ps);
     if (c->pool)
-        wxg_pool_stats(c->pool, &ps);
+        wxg__pool_stats(c->pool, &ps);
     wxg_gauge_set(c->m.inflight, (double)(ps.jobs + c->npending));
     wxg_gauge_set(c->m.queue, (double)(ps.jobs - ps.running));
     if (c->guard_conf.done_cache && !c->guard_conf.naive) {
-        wxg_donecache_stats_t cs;
-        wxg_donecache_stats(c->guard_conf.done_cache, &cs);
+        wxg__donecache_stats_t cs;
+        wxg__donecache_stats(c->guard_conf.done_cache, &cs);
         wxg_gauge_set(c->m.cache_entries, (double)cs.used);
         wxg_counter_add(c->m.cache_evictions, cs.evictions - c->cache_evictions_seen);
         c->cache_evictions_seen = cs.evictions;
@@ -1705,7 +1706,7 @@ nomem:
 static int make_caches(wxg_consumer_t *c, size_t done_entries, char *errstr, size_t errstr_size)
 {
     if (!c->guard_conf.done_cache && !c->guard_conf.naive && done_entries > 0) {
-        c->done_cache = wxg_donecache_new(done_entries, errstr, errstr_size);
+        c->done_cache = wxg__donecache_new(done_entries, errstr, errstr_size);
         if (!c->done_cache)
             return -1;
         c->guard_conf.done_cache = c->done_cache;
@@ -1804,7 +1805,7 @@ static int start_watchdog(wxg_consumer_t *c, char *errstr, size_t errstr_size)
 static int start_pool(wxg_consumer_t *c, char *errstr, size_t errstr_size)
 {
     size_t cap = c->conf.queue_capacity;
-    wxg_pool_conf_t pc = {
+    wxg__pool_conf_t pc = {
         .workers = c->conf.workers,
         .capacity = cap,
         .batch_max = c->conf.batch_max,
@@ -1816,12 +1817,12 @@ static int start_pool(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     };
     if (pc.low_watermark >= pc.high_watermark)
         pc.low_watermark = pc.high_watermark - 1;
-    wxg_pool_ops_t ops = {.thread_init = worker_init,
-                          .thread_fini = worker_fini,
-                          .run = worker_run,
-                          .cancelled = worker_cancelled,
-                          .pressure = worker_pressure};
-    c->pool = wxg_pool_new(&pc, &ops, c, errstr, errstr_size);
+    wxg__pool_ops_t ops = {.thread_init = worker_init,
+                           .thread_fini = worker_fini,
+                           .run = worker_run,
+                           .cancelled = worker_cancelled,
+                           .pressure = worker_pressure};
+    c->pool = wxg__pool_new(&pc, &ops, c, errstr, errstr_size);
     return c->pool ? 0 : -1;
 }
 
@@ -1932,8 +1933,8 @@ static void shutdown_consumer(wxg_consumer_t *c)
     for (;;) {
         free_released(c);
         flush_pending(c);
-        wxg_pool_stats_t ps;
-        wxg_pool_stats(c->pool, &ps);
+        wxg__pool_stats_t ps;
+        wxg__pool_stats(c->pool, &ps);
         if (ps.jobs == 0 && !c->pending_head)
             break;
         if (wxg__mono_ms() >= deadline) {
@@ -1955,7 +1956,7 @@ static void shutdown_consumer(wxg_consumer_t *c)
     }
     /* Workers stop after their current batch; whatever is left is cancelled, unfinished. */
     refresh_gauges(c);
-    wxg_pool_destroy(c->pool);
+    wxg__pool_destroy(c->pool);
     c->pool = NULL;
     drop_pending_of(c, NULL);
     free_released(c); /* their Kafka messages go back before the close */
@@ -2104,7 +2105,7 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
 {
     if (!c)
         return;
-    wxg_pool_destroy(c->pool);
+    wxg__pool_destroy(c->pool);
     c->pool = NULL;
     drop_pending_of(c, NULL);
     free_released(c);
@@ -2123,10 +2124,10 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
      * main thread ends only once the group has terminated), so the handle and its threads are
      * left to the process's exit. */
     wxg_guard_watchdog_destroy(c->wd);
-    wxg_donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
+    wxg__donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
     for (size_t i = 0; i < c->nparts; i++) {
         pthread_mutex_destroy(&c->parts[i]->mu);
-        wxg_offsets_destroy(c->parts[i]->wm);
+        wxg__offsets_destroy(c->parts[i]->wm);
         free(c->parts[i]->c2c);
         free(c->parts[i]->topic);
         free(c->parts[i]);

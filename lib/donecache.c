@@ -1,5 +1,5 @@
 /*
- * DESIGN: the near cache of DONE messages (include/wxguard/donecache.h).
+ * DESIGN: the near cache of DONE messages (lib/donecache_int.h).
  *
  * Purpose: let a guard answer DUPLICATE for a message this process completed itself without
  * spending Redis CPU, the resource every replica shares. It is an optimisation only: a miss
@@ -9,7 +9,7 @@
  * DUPLICATE where Redis would not.
  *
  * Data: one array of fixed 32-byte slots {fingerprint, expiry, tag} in sets of
- * WXG_DONECACHE_WAYS. The set of a fingerprint comes from its first 8 bytes mixed with a random
+ * WXG__DONECACHE_WAYS. The set of a fingerprint comes from its first 8 bytes mixed with a random
  * per-cache seed (so that keys chosen to crowd one set cannot be precomputed), mapped onto the
  * set count by a multiply-shift, so the capacity need not be a power of two. A slot with expiry
  * 0 is empty. Replacement in a full set takes an expired slot, else the slot that expires first:
@@ -23,10 +23,10 @@
  * of one set (8 slots, 4 cache lines) and never across anything else; no function takes two
  * locks, so there is no lock order. Stripes are padded to separate cache lines.
  *
- * Failure modes: only wxg_donecache_new() allocates; it returns NULL with a reason when out of
+ * Failure modes: only wxg__donecache_new() allocates; it returns NULL with a reason when out of
  * memory or asked for an absurd capacity. Lookups and inserts cannot fail.
  */
-#include "wxguard/donecache.h"
+#include "donecache_int.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -38,7 +38,7 @@
 #include "err_int.h"
 
 typedef struct slot {
-    unsigned char fp[WXG_DONECACHE_FP_LEN];
+    unsigned char fp[WXG__DONECACHE_FP_LEN];
     int64_t expires_ms; /* 0: empty */
     int16_t tag;
 } slot;
@@ -59,7 +59,7 @@ struct wxg_donecache_s {
     size_t nsets;    /* 0: disabled */
     size_t nstripes; /* power of two */
     uint64_t seed;   /* mixed into the set selection */
-    slot *slots;     /* nsets * WXG_DONECACHE_WAYS */
+    slot *slots;     /* nsets * WXG__DONECACHE_WAYS */
     stripe_pad *stripes;
     size_t memory_bytes;
 };
@@ -88,14 +88,14 @@ static stripe *stripe_of(wxg_donecache_t *c, size_t set)
     return &c->stripes[set & (c->nstripes - 1)].s;
 }
 
-wxg_donecache_t *wxg_donecache_new(size_t entries, char *errstr, size_t errstr_size)
+wxg_donecache_t *wxg__donecache_new(size_t entries, char *errstr, size_t errstr_size)
 {
     wxg_donecache_t *c = NULL;
     size_t inited = 0;
-    if (entries > WXG_DONECACHE_MAX_ENTRIES) {
+    if (entries > WXG__DONECACHE_MAX_ENTRIES) {
         if (errstr && errstr_size)
             wxg__errf(errstr, errstr_size, "done cache: %zu entries is above the limit of %zu",
-                      entries, WXG_DONECACHE_MAX_ENTRIES);
+                      entries, WXG__DONECACHE_MAX_ENTRIES);
         return NULL;
     }
     c = calloc(1, sizeof *c);
@@ -104,9 +104,9 @@ wxg_donecache_t *wxg_donecache_new(size_t entries, char *errstr, size_t errstr_s
     c->memory_bytes = sizeof *c;
     if (entries == 0)
         return c;
-    c->nsets = (entries + WXG_DONECACHE_WAYS - 1) / WXG_DONECACHE_WAYS;
+    c->nsets = (entries + WXG__DONECACHE_WAYS - 1) / WXG__DONECACHE_WAYS;
     c->nstripes = 1;
-    while (c->nstripes < WXG_DONECACHE_STRIPES && c->nstripes < c->nsets)
+    while (c->nstripes < WXG__DONECACHE_STRIPES && c->nstripes < c->nsets)
         c->nstripes <<= 1;
     if (getrandom(&c->seed, sizeof c->seed, GRND_NONBLOCK) != (ssize_t)sizeof c->seed) {
         /* Without entropy the seed only loses its protection against crowded sets. */
@@ -114,7 +114,7 @@ wxg_donecache_t *wxg_donecache_new(size_t entries, char *errstr, size_t errstr_s
         clock_gettime(CLOCK_MONOTONIC, &ts);
         c->seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)c;
     }
-    size_t nslots = c->nsets * WXG_DONECACHE_WAYS;
+    size_t nslots = c->nsets * WXG__DONECACHE_WAYS;
     c->slots = calloc(nslots, sizeof *c->slots);
     c->stripes = calloc(c->nstripes, sizeof *c->stripes);
     if (!c->slots || !c->stripes)
@@ -144,7 +144,7 @@ fail:
     return NULL;
 }
 
-void wxg_donecache_destroy(wxg_donecache_t *c)
+void wxg__donecache_destroy(wxg_donecache_t *c)
 {
     if (!c)
         return;
@@ -155,17 +155,17 @@ void wxg_donecache_destroy(wxg_donecache_t *c)
     free(c);
 }
 
-int wxg_donecache_lookup(wxg_donecache_t *c, const unsigned char fp[16], int64_t now_ms, int *tag)
+int wxg__donecache_lookup(wxg_donecache_t *c, const unsigned char fp[16], int64_t now_ms, int *tag)
 {
     if (!c || c->nsets == 0 || !fp)
         return 0;
     size_t set = set_of(c, fp);
     stripe *st = stripe_of(c, set);
-    const slot *s = &c->slots[set * WXG_DONECACHE_WAYS];
+    const slot *s = &c->slots[set * WXG__DONECACHE_WAYS];
     int found = 0;
     pthread_mutex_lock(&st->mu);
-    for (size_t w = 0; w < WXG_DONECACHE_WAYS; w++) {
-        if (s[w].expires_ms > now_ms && memcmp(s[w].fp, fp, WXG_DONECACHE_FP_LEN) == 0) {
+    for (size_t w = 0; w < WXG__DONECACHE_WAYS; w++) {
+        if (s[w].expires_ms > now_ms && memcmp(s[w].fp, fp, WXG__DONECACHE_FP_LEN) == 0) {
             if (tag)
                 *tag = s[w].tag;
             found = 1;
@@ -180,21 +180,21 @@ int wxg_donecache_lookup(wxg_donecache_t *c, const unsigned char fp[16], int64_t
     return found;
 }
 
-void wxg_donecache_insert(wxg_donecache_t *c, const unsigned char fp[16], int tag,
-                          int64_t expires_ms, int64_t now_ms)
+void wxg__donecache_insert(wxg_donecache_t *c, const unsigned char fp[16], int tag,
+                           int64_t expires_ms, int64_t now_ms)
 {
     if (!c || c->nsets == 0 || !fp || expires_ms <= now_ms || expires_ms <= 0)
         return;
     size_t set = set_of(c, fp);
     stripe *st = stripe_of(c, set);
-    slot *s = &c->slots[set * WXG_DONECACHE_WAYS];
+    slot *s = &c->slots[set * WXG__DONECACHE_WAYS];
     pthread_mutex_lock(&st->mu);
     /* The same fingerprint anywhere in the set wins (a message completed again after its
      * retention, or a cached entry that expired); then an empty or expired slot; then the slot
      * that expires first. */
     slot *same = NULL, *dead = NULL, *first = &s[0];
-    for (size_t w = 0; w < WXG_DONECACHE_WAYS; w++) {
-        if (s[w].expires_ms != 0 && memcmp(s[w].fp, fp, WXG_DONECACHE_FP_LEN) == 0) {
+    for (size_t w = 0; w < WXG__DONECACHE_WAYS; w++) {
+        if (s[w].expires_ms != 0 && memcmp(s[w].fp, fp, WXG__DONECACHE_FP_LEN) == 0) {
             same = &s[w];
             break;
         }
@@ -208,21 +208,21 @@ void wxg_donecache_insert(wxg_donecache_t *c, const unsigned char fp[16], int ta
         st->used++;
     else if (!same && to->expires_ms > now_ms)
         st->evictions++;
-    memcpy(to->fp, fp, WXG_DONECACHE_FP_LEN);
+    memcpy(to->fp, fp, WXG__DONECACHE_FP_LEN);
     to->expires_ms = expires_ms;
     to->tag = (int16_t)tag;
     st->inserts++;
     pthread_mutex_unlock(&st->mu);
 }
 
-void wxg_donecache_stats(wxg_donecache_t *c, wxg_donecache_stats_t *out)
+void wxg__donecache_stats(wxg_donecache_t *c, wxg__donecache_stats_t *out)
 {
     if (!out)
         return;
     memset(out, 0, sizeof *out);
     if (!c)
         return;
-    out->capacity = c->nsets * WXG_DONECACHE_WAYS;
+    out->capacity = c->nsets * WXG__DONECACHE_WAYS;
     out->memory_bytes = c->memory_bytes;
     for (size_t i = 0; i < c->nstripes && c->nsets > 0; i++) {
         stripe *st = &c->stripes[i].s;

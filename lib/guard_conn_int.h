@@ -13,9 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "donecache_int.h"
 #include "guard_int.h"
 #include "rconn_int.h"
-#include "wxguard/donecache.h"
 #include "wxguard/guard.h"
 
 /* ---- Key layout (lib/guard_layout.c): pure, no Redis ---- */
@@ -190,7 +190,7 @@ typedef struct wxg__guard_redis {
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
     /* Mixed into the near cache's fingerprints: this Redis server, database and prefix. */
-    unsigned char cache_ns[WXG_DONECACHE_FP_LEN];
+    unsigned char cache_ns[WXG__DONECACHE_FP_LEN];
 } wxg__guard_redis_t;
 
 /* Allocates the state for a checked `conf` (wxg_guard_new checked it): copies the strings,

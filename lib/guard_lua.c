@@ -561,9 +561,9 @@ static int claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size
  * server/database/prefix identity so that handles of different deployments never see each
  * other's entries in a shared cache. */
 static void near_fp(const wxg__guard_redis_t *rg, const unsigned char fp[32],
-                    unsigned char out[WXG_DONECACHE_FP_LEN])
+                    unsigned char out[WXG__DONECACHE_FP_LEN])
 {
-    for (size_t i = 0; i < WXG_DONECACHE_FP_LEN; i++)
+    for (size_t i = 0; i < WXG__DONECACHE_FP_LEN; i++)
         out[i] = fp[i] ^ rg->cache_ns[i];
 }
 
@@ -595,12 +595,12 @@ static long near_lookup(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
     int64_t now = wxg__guard_mono_ms();
     long hits = 0;
     for (size_t i = 0; i < n; i++) {
-        unsigned char nfp[WXG_DONECACHE_FP_LEN];
+        unsigned char nfp[WXG__DONECACHE_FP_LEN];
         int tag = 0;
         if (wxg__guard_fingerprint(msgs[i].key, msgs[i].key_len, fps[i]) != 0)
             return WXG_ENOMEM;
         near_fp(rg, fps[i], nfp);
-        if (!wxg_donecache_lookup(rg->conf.done_cache, nfp, now, &tag))
+        if (!wxg__donecache_lookup(rg->conf.done_cache, nfp, now, &tag))
             continue;
         out[i].outcome = WXG_GUARD_DUPLICATE;
         out[i].cached = 1;
@@ -683,11 +683,11 @@ static void near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, s
     int64_t now = wxg__guard_mono_ms();
     int64_t expires = sent_ms + rg->geom.retention_ms;
     for (size_t i = 0; i < n; i++) {
-        unsigned char nfp[WXG_DONECACHE_FP_LEN];
+        unsigned char nfp[WXG__DONECACHE_FP_LEN];
         if (results[i] != WXG_GUARD_OK || !t[i].payload_tag_set)
             continue;
         near_fp(rg, fps[i], nfp);
-        wxg_donecache_insert(rg->conf.done_cache, nfp, t[i].payload_tag, expires, now);
+        wxg__donecache_insert(rg->conf.done_cache, nfp, t[i].payload_tag, expires, now);
     }
 }
 

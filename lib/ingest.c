@@ -55,7 +55,6 @@
 #include "wxguard/httpd.h"
 #include "wxguard/log.h"
 #include "wxguard/msg.h"
-#include "wxguard/oacrypt.h"
 
 #define SIG_PART_MAX   256 /* bytes of token, timestamp or nonce */
 #define ACCOUNT_MAX    128 /* bytes of the {account} path segment */
@@ -85,7 +84,7 @@ struct wxg_ingest_s {
     int64_t tolerance_ms; /* replay window of signed timestamps, 0: off */
     /* Safe mode: the EncodingAESKey (and the one before it, during a rotation) as AES keys, and
      * the AppId the plaintext must end with. has_key 0: encrypted pushes are refused. */
-    unsigned char oa_key[WXG_OA_AES_KEY_BYTES], oa_key_prev[WXG_OA_AES_KEY_BYTES];
+    unsigned char oa_key[WXG__OA_AES_KEY_BYTES], oa_key_prev[WXG__OA_AES_KEY_BYTES];
     int has_key, has_key_prev;
     char *oa_appid;
     size_t max_body;
@@ -556,19 +555,19 @@ static void ingest_encrypted(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_
         answer(in, ri, resp, 400, "%s: %s: %s", wxg_err_name(rc), wxg_strerror(rc), reason);
         goto out;
     }
-    if (wxg_oa_msg_verify(in->oa_token, wxg_httpd_req_query(req, "timestamp"),
-                          wxg_httpd_req_query(req, "nonce"), enc, enc_len,
-                          wxg_httpd_req_query(req, "msg_signature")) != 0) {
+    if (wxg__oa_msg_verify(in->oa_token, wxg_httpd_req_query(req, "timestamp"),
+                           wxg_httpd_req_query(req, "nonce"), enc, enc_len,
+                           wxg_httpd_req_query(req, "msg_signature")) != 0) {
         refuse(in, ri, resp, "bad_signature", "msg_signature",
                "bad or missing msg_signature of an encrypted push");
         goto out;
     }
-    rc = wxg_oa_decrypt(in->oa_key, in->oa_appid, enc, enc_len, &plain, &plain_len, reason,
-                        sizeof reason);
+    rc = wxg__oa_decrypt(in->oa_key, in->oa_appid, enc, enc_len, &plain, &plain_len, reason,
+                         sizeof reason);
     if (rc == WXG_EFORMAT && in->has_key_prev) {
         char again[256];
-        rc = wxg_oa_decrypt(in->oa_key_prev, in->oa_appid, enc, enc_len, &plain, &plain_len, again,
-                            sizeof again);
+        rc = wxg__oa_decrypt(in->oa_key_prev, in->oa_appid, enc, enc_len, &plain, &plain_len, again,
+                             sizeof again);
         if (rc == 0)
             wxg_log(WXG_LOG_INFO, "oa_previous_key", WXG_LS("request_id", ri->request_id));
     }
@@ -702,14 +701,14 @@ static int oa_keys(wxg_ingest_t *in, const wxg_conf_t *conf, char *errstr, size_
                   "ingest.oa.aes.key needs ingest.oa.token and ingest.oa.appid");
         return WXG_ECONFIG;
     }
-    if (wxg_oa_aes_key(cur, in->oa_key) != 0) {
+    if (wxg__oa_aes_key(cur, in->oa_key) != 0) {
         wxg__errf(errstr, errstr_size,
                   "ingest.oa.aes.key is not an EncodingAESKey (43 base64 characters)");
         return WXG_ECONFIG;
     }
     in->has_key = 1;
     if (prev != NULL && prev[0] != '\0') {
-        if (wxg_oa_aes_key(prev, in->oa_key_prev) != 0) {
+        if (wxg__oa_aes_key(prev, in->oa_key_prev) != 0) {
             wxg__errf(errstr, errstr_size,
                       "ingest.oa.aes.key.previous is not an EncodingAESKey (43 base64 characters)");
             return WXG_ECONFIG;

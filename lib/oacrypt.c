@@ -1,5 +1,5 @@
 /*
- * DESIGN: Official Account safe mode (include/wxguard/oacrypt.h).
+ * DESIGN: Official Account safe mode (lib/oacrypt_int.h).
  *
  * Purpose: verify the msg_signature of an encrypted push and turn its Encrypt text back into
  * the plaintext push, so that wxguard-ingest can key and store it like a plaintext one.
@@ -16,7 +16,7 @@
  * Threads: no state; any number of threads may call at once. Memory: the plaintext is decrypted
  * into one buffer that is wiped before it is freed; only the message itself is handed out.
  */
-#include "wxguard/oacrypt.h"
+#include "oacrypt_int.h"
 
 #include <ctype.h>
 #include <stdint.h>
@@ -29,7 +29,6 @@
 
 #include "err_int.h"
 #include "key_int.h"
-#include "oacrypt_int.h"
 #include "wxguard/err.h"
 
 #define BLOCK      32          /* the scheme's padding block */
@@ -89,32 +88,33 @@ static int b64_char(char c)
            c == '/';
 }
 
-int wxg_oa_aes_key(const char *encoding_aes_key, unsigned char key[WXG_OA_AES_KEY_BYTES])
+int wxg__oa_aes_key(const char *encoding_aes_key, unsigned char key[WXG__OA_AES_KEY_BYTES])
 {
-    if (encoding_aes_key == NULL || key == NULL || strlen(encoding_aes_key) != WXG_OA_AES_KEY_CHARS)
+    if (encoding_aes_key == NULL || key == NULL ||
+        strlen(encoding_aes_key) != WXG__OA_AES_KEY_CHARS)
         return WXG_EINVAL;
     /* EVP_DecodeBlock takes '=' anywhere at the end, so the alphabet is checked here. */
-    for (size_t i = 0; i < WXG_OA_AES_KEY_CHARS; i++) {
+    for (size_t i = 0; i < WXG__OA_AES_KEY_CHARS; i++) {
         if (!b64_char(encoding_aes_key[i]))
             return WXG_EINVAL;
     }
-    char in[WXG_OA_AES_KEY_CHARS + 2];
+    char in[WXG__OA_AES_KEY_CHARS + 2];
     unsigned char raw[36];
-    memcpy(in, encoding_aes_key, WXG_OA_AES_KEY_CHARS);
-    in[WXG_OA_AES_KEY_CHARS] = '=';
-    in[WXG_OA_AES_KEY_CHARS + 1] = '\0';
+    memcpy(in, encoding_aes_key, WXG__OA_AES_KEY_CHARS);
+    in[WXG__OA_AES_KEY_CHARS] = '=';
+    in[WXG__OA_AES_KEY_CHARS + 1] = '\0';
     /* 44 characters with one '=' decode to 33 bytes, the last of them the padding's zero. */
-    int n = EVP_DecodeBlock(raw, (const unsigned char *)in, WXG_OA_AES_KEY_CHARS + 1);
+    int n = EVP_DecodeBlock(raw, (const unsigned char *)in, WXG__OA_AES_KEY_CHARS + 1);
     int rc = n == 33 ? 0 : WXG_EINVAL;
     if (rc == 0)
-        memcpy(key, raw, WXG_OA_AES_KEY_BYTES);
+        memcpy(key, raw, WXG__OA_AES_KEY_BYTES);
     OPENSSL_cleanse(in, sizeof in);
     OPENSSL_cleanse(raw, sizeof raw);
     return rc;
 }
 
-int wxg_oa_msg_signature(const char *token, const char *timestamp, const char *nonce,
-                         const char *encrypt, size_t encrypt_len, char out[41])
+int wxg__oa_msg_signature(const char *token, const char *timestamp, const char *nonce,
+                          const char *encrypt, size_t encrypt_len, char out[41])
 {
     if (token == NULL || timestamp == NULL || nonce == NULL || encrypt == NULL || out == NULL)
         return WXG_EINVAL;
@@ -123,14 +123,14 @@ int wxg_oa_msg_signature(const char *token, const char *timestamp, const char *n
     return wxg__sha1_sorted(parts, lens, 4, out);
 }
 
-int wxg_oa_msg_verify(const char *token, const char *timestamp, const char *nonce,
-                      const char *encrypt, size_t encrypt_len, const char *signature)
+int wxg__oa_msg_verify(const char *token, const char *timestamp, const char *nonce,
+                       const char *encrypt, size_t encrypt_len, const char *signature)
 {
     char want[41];
     if (token == NULL || token[0] == '\0' || timestamp == NULL || timestamp[0] == '\0' ||
         nonce == NULL || nonce[0] == '\0' || signature == NULL)
         return WXG_EAUTH;
-    if (wxg_oa_msg_signature(token, timestamp, nonce, encrypt, encrypt_len, want) != 0)
+    if (wxg__oa_msg_signature(token, timestamp, nonce, encrypt, encrypt_len, want) != 0)
         return WXG_EAUTH;
     return wxg__hex_equal(want, signature, 40) ? 0 : WXG_EAUTH;
 }
@@ -162,7 +162,7 @@ static long b64_decode(const char *b64, size_t len, unsigned char **out)
     return n - (long)pads;
 }
 
-static int cipher(int enc, const unsigned char key[WXG_OA_AES_KEY_BYTES], const unsigned char *in,
+static int cipher(int enc, const unsigned char key[WXG__OA_AES_KEY_BYTES], const unsigned char *in,
                   size_t len, unsigned char *out)
 {
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
@@ -176,9 +176,9 @@ static int cipher(int enc, const unsigned char key[WXG_OA_AES_KEY_BYTES], const 
     return ok ? 0 : WXG_ENOMEM;
 }
 
-int wxg_oa_decrypt(const unsigned char key[WXG_OA_AES_KEY_BYTES], const char *appid,
-                   const char *b64, size_t b64_len, char **out, size_t *out_len, char *errstr,
-                   size_t errstr_size)
+int wxg__oa_decrypt(const unsigned char key[WXG__OA_AES_KEY_BYTES], const char *appid,
+                    const char *b64, size_t b64_len, char **out, size_t *out_len, char *errstr,
+                    size_t errstr_size)
 {
     if (out != NULL)
         *out = NULL;
@@ -265,8 +265,8 @@ int wxg_oa_decrypt(const unsigned char key[WXG_OA_AES_KEY_BYTES], const char *ap
     return 0;
 }
 
-int wxg_oa_encrypt(const unsigned char key[WXG_OA_AES_KEY_BYTES], const char *appid,
-                   const unsigned char random16[16], const char *msg, size_t len, char **out)
+int wxg__oa_encrypt(const unsigned char key[WXG__OA_AES_KEY_BYTES], const char *appid,
+                    const unsigned char random16[16], const char *msg, size_t len, char **out)
 {
     if (out != NULL)
         *out = NULL;

@@ -1,5 +1,5 @@
 /*
- * DESIGN: one partition's finished watermark (include/wxguard/offsets.h).
+ * DESIGN: one partition's finished watermark (lib/offsets_int.h).
  *
  * Purpose: store only offsets below which every dispatched message is finished, whatever order
  * the workers finish in, and never let work from an earlier assignment move the watermark.
@@ -20,7 +20,7 @@
  * Failure modes: allocation failure returns WXG_ENOMEM and leaves the state as it was; a stale
  * or doubled finish is refused with a code and counted, never applied.
  */
-#include "wxguard/offsets.h"
+#include "offsets_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,7 @@ typedef struct entry {
     int32_t done;
 } entry;
 
-struct wxg_offsets_s {
+struct wxg__offsets_s {
     int assigned;
     uint64_t epoch;
     entry *ring;
@@ -44,13 +44,13 @@ struct wxg_offsets_s {
     uint64_t tail;     /* seq one past the newest entry */
     int64_t last;      /* highest dispatched offset, -1 before the first */
     size_t unfinished; /* entries in [head, tail) not done */
-    int64_t reported;  /* committable last reported by wxg_offsets_advanced, -1 none */
+    int64_t reported;  /* committable last reported by wxg__offsets_advanced, -1 none */
     uint64_t dispatched, finished, stale, assigns, revokes;
 };
 
-wxg_offsets_t *wxg_offsets_new(char *errstr, size_t errstr_size)
+wxg__offsets_t *wxg__offsets_new(char *errstr, size_t errstr_size)
 {
-    wxg_offsets_t *o = calloc(1, sizeof *o);
+    wxg__offsets_t *o = calloc(1, sizeof *o);
     if (!o)
         goto fail_alloc;
     o->ring = calloc(RING_MIN, sizeof *o->ring);
@@ -68,7 +68,7 @@ fail_alloc:
     return NULL;
 }
 
-void wxg_offsets_destroy(wxg_offsets_t *o)
+void wxg__offsets_destroy(wxg__offsets_t *o)
 {
     if (!o)
         return;
@@ -77,7 +77,7 @@ void wxg_offsets_destroy(wxg_offsets_t *o)
 }
 
 /* Empties the window. */
-static void reset(wxg_offsets_t *o)
+static void reset(wxg__offsets_t *o)
 {
     o->head = o->tail = 0;
     o->last = -1;
@@ -85,7 +85,7 @@ static void reset(wxg_offsets_t *o)
     o->reported = -1;
 }
 
-int wxg_offsets_assign(wxg_offsets_t *o, uint64_t *epoch)
+int wxg__offsets_assign(wxg__offsets_t *o, uint64_t *epoch)
 {
     if (!o)
         return WXG_EINVAL;
@@ -98,7 +98,7 @@ int wxg_offsets_assign(wxg_offsets_t *o, uint64_t *epoch)
     return 0;
 }
 
-int wxg_offsets_revoke(wxg_offsets_t *o)
+int wxg__offsets_revoke(wxg__offsets_t *o)
 {
     if (!o || !o->assigned)
         return WXG_ENOTFOUND;
@@ -119,13 +119,13 @@ int wxg_offsets_revoke(wxg_offsets_t *o)
     return 0;
 }
 
-int wxg_offsets_is_assigned(const wxg_offsets_t *o)
+int wxg__offsets_is_assigned(const wxg__offsets_t *o)
 {
     return o && o->assigned;
 }
 
 /* Doubles the ring, keeping every entry at seq & (cap - 1). */
-static int ring_grow(wxg_offsets_t *o)
+static int ring_grow(wxg__offsets_t *o)
 {
     size_t ncap = o->cap * 2;
     if (ncap < o->cap || ncap > SIZE_MAX / sizeof(entry))
@@ -141,7 +141,7 @@ static int ring_grow(wxg_offsets_t *o)
     return 0;
 }
 
-int wxg_offsets_dispatch(wxg_offsets_t *o, int64_t offset, wxg_offsets_ticket_t *ticket)
+int wxg__offsets_dispatch(wxg__offsets_t *o, int64_t offset, wxg__offsets_ticket_t *ticket)
 {
     if (!o || !ticket || offset < 0)
         return WXG_EINVAL;
@@ -159,11 +159,11 @@ int wxg_offsets_dispatch(wxg_offsets_t *o, int64_t offset, wxg_offsets_ticket_t 
     o->last = offset;
     o->unfinished++;
     o->dispatched++;
-    *ticket = (wxg_offsets_ticket_t){.epoch = o->epoch, .seq = seq, .offset = offset};
+    *ticket = (wxg__offsets_ticket_t){.epoch = o->epoch, .seq = seq, .offset = offset};
     return 0;
 }
 
-int wxg_offsets_finish(wxg_offsets_t *o, const wxg_offsets_ticket_t *ticket)
+int wxg__offsets_finish(wxg__offsets_t *o, const wxg__offsets_ticket_t *ticket)
 {
     if (!o || !ticket)
         return WXG_EINVAL;
@@ -184,7 +184,7 @@ int wxg_offsets_finish(wxg_offsets_t *o, const wxg_offsets_ticket_t *ticket)
     return 0;
 }
 
-int wxg_offsets_committable(const wxg_offsets_t *o, int64_t *offset)
+int wxg__offsets_committable(const wxg__offsets_t *o, int64_t *offset)
 {
     if (!o || !offset)
         return WXG_EINVAL;
@@ -196,27 +196,27 @@ int wxg_offsets_committable(const wxg_offsets_t *o, int64_t *offset)
     return 0;
 }
 
-size_t wxg_offsets_unfinished(const wxg_offsets_t *o)
+size_t wxg__offsets_unfinished(const wxg__offsets_t *o)
 {
     return o && o->assigned ? o->unfinished : 0;
 }
 
-size_t wxg_offsets_window(const wxg_offsets_t *o)
+size_t wxg__offsets_window(const wxg__offsets_t *o)
 {
     return o && o->assigned ? (size_t)(o->tail - o->head) : 0;
 }
 
-int wxg_offsets_advanced(wxg_offsets_t *o, int64_t *offset)
+int wxg__offsets_advanced(wxg__offsets_t *o, int64_t *offset)
 {
     int64_t off;
-    if (wxg_offsets_committable(o, &off) != 0 || off <= o->reported)
+    if (wxg__offsets_committable(o, &off) != 0 || off <= o->reported)
         return 0;
     o->reported = off;
     *offset = off;
     return 1;
 }
 
-void wxg_offsets_stats(const wxg_offsets_t *o, wxg_offsets_stats_t *out)
+void wxg__offsets_stats(const wxg__offsets_t *o, wxg__offsets_stats_t *out)
 {
     if (!out)
         return;

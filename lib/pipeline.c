@@ -48,9 +48,9 @@
 
 #include "clock_int.h"
 #include "err_int.h"
+#include "pool_int.h"
 #include "wxguard/err.h"
 #include "wxguard/log.h"
-#include "wxguard/pool.h"
 
 #define INFRA_BACKOFF_MAX_MS 2000
 #define INFRA_BACKOFF_MIN_MS 50
@@ -138,7 +138,7 @@ static void set_failure(wxg__pl_item_t *it, int code, const char *plugin, const 
  * callback may free it). */
 static void finish(wxg__pl_worker_t *w, wxg__pl_item_t *it)
 {
-    w->out[it->slot] = WXG_POOL_FINISHED;
+    w->out[it->slot] = WXG__POOL_FINISHED;
     atomic_store(&it->done, 1);
     drop_claim(w->conf, it);
     w->conf->finished(w->conf->finished_arg, it);
@@ -203,7 +203,7 @@ static void stage_sort(wxg__pl_worker_t *w, void *const *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         wxg__pl_item_t *it = items[i];
         it->slot = i;
-        w->out[i] = WXG_POOL_FINISHED;
+        w->out[i] = WXG__POOL_FINISHED;
         switch (it->phase) {
         case WXG__PL_CLAIM:
             w->claimv[w->nclaim++] = it;

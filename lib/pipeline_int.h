@@ -160,7 +160,7 @@ wxg__pl_worker_t *wxg__pipeline_worker_new(const wxg__pipeline_conf_t *conf, uns
 void wxg__pipeline_worker_destroy(wxg__pl_worker_t *w);
 
 /* Runs n (1..batch_max) items, each a wxg__pl_item_t *, through their next stages. out[i]
- * receives WXG_POOL_FINISHED (-1) for an item that finished (the finished callback has run)
+ * receives WXG__POOL_FINISHED (-1) for an item that finished (the finished callback has run)
  * or the delay in ms after which items[i] must run again. Returns 0, or the code of the first
  * fatal error met (the items it touched are re-queued, unfinished): the caller must stop.
  * @locality the worker's own thread */

@@ -1,5 +1,5 @@
 /*
- * DESIGN: the worker pool (include/wxguard/pool.h).
+ * DESIGN: the worker pool (lib/pool_int.h).
  *
  * Purpose: run jobs on N pthreads in batches, one conversation at a time and in order, with
  * bounded memory and delayed re-queue that never parks a worker.
@@ -15,18 +15,18 @@
  *
  * Threads: workers take turns as the single "collector": it takes ready lanes into its batch and
  * waits on `collect_cv` for more until the batch is full, the first job's delay budget is
- * spent or the submitter says nothing more is coming (wxg_pool_submit_last); the other idle workers
- * wait on `follow_cv` for the collector role. A collector that already holds part of a batch is
- * woken only when the ready lanes can complete it (`want`), not once per submitted job. Expired
- * delays are moved to the ready list by whichever worker holds the lock next, and the collector's
- * wait is bounded by the earliest due time, so a delayed job needs no extra thread. The run
- * callback is called without the lock.
+ * spent or the submitter says nothing more is coming (wxg__pool_submit_last); the other idle
+ * workers wait on `follow_cv` for the collector role. A collector that already holds part of a
+ * batch is woken only when the ready lanes can complete it (`want`), not once per submitted job.
+ * Expired delays are moved to the ready list by whichever worker holds the lock next, and the
+ * collector's wait is bounded by the earliest due time, so a delayed job needs no extra thread. The
+ * run callback is called without the lock.
  *
  * Failure modes: a full pool refuses submits (WXG_EBUSY) instead of blocking the poll thread; a
  * new tag that cannot be counted for lack of memory refuses the submit with WXG_ENOMEM. A
  * failing thread_init stops the pool from starting. Nothing here aborts.
  */
-#include "wxguard/pool.h"
+#include "pool_int.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -72,7 +72,7 @@ typedef struct tag_slot {
 } tag_slot;
 
 typedef struct worker {
-    wxg_pool_t *pool;
+    wxg__pool_t *pool;
     unsigned index;
     pthread_t thread;
     int started;
@@ -81,14 +81,14 @@ typedef struct worker {
     int64_t *delays;
 } worker;
 
-struct wxg_pool_s {
+struct wxg__pool_s {
     pthread_mutex_t mu;
     pthread_cond_t collect_cv; /* the collector waits here for ready lanes */
     pthread_cond_t follow_cv;  /* idle workers wait here for the collector role */
     pthread_cond_t idle_cv;    /* broadcast when jobs leave; drain and wait_tag wait here */
     pthread_cond_t init_cv;
-    wxg_pool_conf_t conf;
-    wxg_pool_ops_t ops;
+    wxg__pool_conf_t conf;
+    wxg__pool_ops_t ops;
     void *opaque;
 
     job *jobs;
@@ -114,7 +114,7 @@ struct wxg_pool_s {
     int stop;
     int collecting;
     size_t want; /* ready lanes the waiting collector needs before a wake-up is worth its cost */
-    int flush;   /* wxg_pool_submit_last: send partial batches now; the next submit ends it */
+    int flush;   /* wxg__pool_submit_last: send partial batches now; the next submit ends it */
     unsigned inited;
     int init_rc;
     char init_err[256];
@@ -129,7 +129,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-uint64_t wxg_pool_hash(const void *data, size_t len)
+uint64_t wxg__pool_hash(const void *data, size_t len)
 {
     uint64_t h = 1469598103934665603ULL;
     const unsigned char *s = data;
@@ -150,7 +150,7 @@ static size_t mix(uint64_t h)
 
 /* ---- tags (@locks mu held) ---- */
 
-static tag_slot *tag_find(wxg_pool_t *p, uint64_t tag)
+static tag_slot *tag_find(wxg__pool_t *p, uint64_t tag)
 {
     size_t mask = p->ntags - 1;
     for (size_t i = mix(tag) & mask;; i = (i + 1) & mask) {
@@ -159,7 +159,7 @@ static tag_slot *tag_find(wxg_pool_t *p, uint64_t tag)
     }
 }
 
-static int tag_add(wxg_pool_t *p, uint64_t tag)
+static int tag_add(wxg__pool_t *p, uint64_t tag)
 {
     tag_slot *s = tag_find(p, tag);
     if (!s->used) {
@@ -190,7 +190,7 @@ static int tag_add(wxg_pool_t *p, uint64_t tag)
 
 /* ---- heap of delayed lanes by due time (@locks mu held) ---- */
 
-static void heap_swap(wxg_pool_t *p, size_t a, size_t b)
+static void heap_swap(wxg__pool_t *p, size_t a, size_t b)
 {
     lane *t = p->heap[a];
     p->heap[a] = p->heap[b];
@@ -199,7 +199,7 @@ static void heap_swap(wxg_pool_t *p, size_t a, size_t b)
     p->heap[b]->heap_idx = b;
 }
 
-static void heap_up(wxg_pool_t *p, size_t i)
+static void heap_up(wxg__pool_t *p, size_t i)
 {
     while (i > 0 && p->heap[(i - 1) / 2]->due_us > p->heap[i]->due_us) {
         heap_swap(p, i, (i - 1) / 2);
@@ -207,7 +207,7 @@ static void heap_up(wxg_pool_t *p, size_t i)
     }
 }
 
-static void heap_down(wxg_pool_t *p, size_t i)
+static void heap_down(wxg__pool_t *p, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
@@ -222,14 +222,14 @@ static void heap_down(wxg_pool_t *p, size_t i)
     }
 }
 
-static void heap_push(wxg_pool_t *p, lane *l)
+static void heap_push(wxg__pool_t *p, lane *l)
 {
     l->heap_idx = p->nheap;
     p->heap[p->nheap++] = l;
     heap_up(p, l->heap_idx);
 }
 
-static void heap_remove(wxg_pool_t *p, lane *l)
+static void heap_remove(wxg__pool_t *p, lane *l)
 {
     size_t i = l->heap_idx;
     p->nheap--;
@@ -242,7 +242,7 @@ static void heap_remove(wxg_pool_t *p, lane *l)
 
 /* ---- lanes (@locks mu held) ---- */
 
-static lane *lane_find(wxg_pool_t *p, uint64_t conv)
+static lane *lane_find(wxg__pool_t *p, uint64_t conv)
 {
     for (lane *l = p->buckets[mix(conv) & (p->nbuckets - 1)]; l; l = l->hnext) {
         if (l->conv == conv)
@@ -251,7 +251,7 @@ static lane *lane_find(wxg_pool_t *p, uint64_t conv)
     return NULL;
 }
 
-static void ready_push(wxg_pool_t *p, lane *l, int64_t now)
+static void ready_push(wxg__pool_t *p, lane *l, int64_t now)
 {
     l->state = L_READY;
     l->ready_us = now;
@@ -270,7 +270,7 @@ static void ready_push(wxg_pool_t *p, lane *l, int64_t now)
         pthread_cond_signal(&p->collect_cv);
 }
 
-static void ready_unlink(wxg_pool_t *p, lane *l)
+static void ready_unlink(wxg__pool_t *p, lane *l)
 {
     if (l->rprev)
         l->rprev->rnext = l->rnext;
@@ -284,7 +284,7 @@ static void ready_unlink(wxg_pool_t *p, lane *l)
     p->nready--;
 }
 
-static void lane_free(wxg_pool_t *p, lane *l)
+static void lane_free(wxg__pool_t *p, lane *l)
 {
     lane **pp = &p->buckets[mix(l->conv) & (p->nbuckets - 1)];
     while (*pp != l)
@@ -299,7 +299,7 @@ static void lane_free(wxg_pool_t *p, lane *l)
 /* Unlinks a job that is not running from its lane and from the pool, fixing the lane's state:
  * a lane left empty is freed; a delayed lane that lost its head becomes ready (the new head
  * never asked for the delay). */
-static void job_remove(wxg_pool_t *p, job *j, int64_t now)
+static void job_remove(wxg__pool_t *p, job *j, int64_t now)
 {
     lane *l = j->lane;
     int was_head = l->head == j;
@@ -345,7 +345,7 @@ static void job_remove(wxg_pool_t *p, job *j, int64_t now)
     pthread_cond_broadcast(&p->idle_cv);
 }
 
-static void expire_delays(wxg_pool_t *p, int64_t now)
+static void expire_delays(wxg__pool_t *p, int64_t now)
 {
     while (p->nheap > 0 && p->heap[0]->due_us <= now) {
         lane *l = p->heap[0];
@@ -357,7 +357,7 @@ static void expire_delays(wxg_pool_t *p, int64_t now)
 /* ---- workers ---- */
 
 /* Gathers a batch into w->batch. Returns its size, 0 when the pool stops. @locks mu held */
-static size_t collect(wxg_pool_t *p, worker *w)
+static size_t collect(wxg__pool_t *p, worker *w)
 {
     while (p->collecting && !p->stop)
         pthread_cond_wait(&p->follow_cv, &p->mu);
@@ -396,7 +396,7 @@ static size_t collect(wxg_pool_t *p, worker *w)
 static void *worker_main(void *arg)
 {
     worker *w = arg;
-    wxg_pool_t *p = w->pool;
+    wxg__pool_t *p = w->pool;
     void *wstate = NULL;
     char err[256] = "";
     /* A name per thread, so that `top -H` and debuggers show which thread is busy. */
@@ -426,7 +426,7 @@ static void *worker_main(void *arg)
 
         for (size_t i = 0; i < n; i++) {
             w->items[i] = w->batch[i]->item;
-            w->delays[i] = WXG_POOL_FINISHED;
+            w->delays[i] = WXG__POOL_FINISHED;
         }
         p->ops.run(p->opaque, wstate, w->items, n, w->delays);
 
@@ -456,7 +456,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void pool_free(wxg_pool_t *p)
+static void pool_free(wxg__pool_t *p)
 {
     if (p->workers) {
         for (unsigned i = 0; i < p->conf.workers; i++) {
@@ -474,7 +474,7 @@ static void pool_free(wxg_pool_t *p)
     free(p);
 }
 
-static void stop_workers(wxg_pool_t *p)
+static void stop_workers(wxg__pool_t *p)
 {
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
@@ -500,8 +500,8 @@ static int init_cond(pthread_cond_t *cv)
     return rc;
 }
 
-wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops, void *opaque,
-                         char *errstr, size_t errstr_size)
+wxg__pool_t *wxg__pool_new(const wxg__pool_conf_t *conf, const wxg__pool_ops_t *ops, void *opaque,
+                           char *errstr, size_t errstr_size)
 {
     char dummy[1];
     if (!errstr || errstr_size == 0) {
@@ -513,7 +513,7 @@ wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
         wxg__errf(errstr, errstr_size, "pool: invalid configuration");
         return NULL;
     }
-    wxg_pool_t *p = calloc(1, sizeof *p);
+    wxg__pool_t *p = calloc(1, sizeof *p);
     if (!p)
         goto fail_alloc;
     p->conf = *conf;
@@ -608,7 +608,7 @@ fail_alloc:
     return NULL;
 }
 
-static int submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item, int last)
+static int submit(wxg__pool_t *p, uint64_t conversation, uint64_t tag, void *item, int last)
 {
     if (!p)
         return WXG_EINVAL;
@@ -676,7 +676,7 @@ out:
     return rc;
 }
 
-size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag)
+size_t wxg__pool_cancel(wxg__pool_t *p, uint64_t tag)
 {
     if (!p)
         return 0;
@@ -700,7 +700,7 @@ size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag)
     return n;
 }
 
-size_t wxg_pool_cancel_delayed(wxg_pool_t *p, uint64_t tag)
+size_t wxg__pool_cancel_delayed(wxg__pool_t *p, uint64_t tag)
 {
     if (!p)
         return 0;
@@ -739,7 +739,7 @@ size_t wxg_pool_cancel_delayed(wxg_pool_t *p, uint64_t tag)
     return n;
 }
 
-size_t wxg_pool_count_tag(wxg_pool_t *p, uint64_t tag)
+size_t wxg__pool_count_tag(wxg__pool_t *p, uint64_t tag)
 {
     if (!p)
         return 0;
@@ -750,7 +750,7 @@ size_t wxg_pool_count_tag(wxg_pool_t *p, uint64_t tag)
     return n;
 }
 
-int wxg_pool_wait_tag(wxg_pool_t *p, uint64_t tag, int64_t timeout_ms)
+int wxg__pool_wait_tag(wxg__pool_t *p, uint64_t tag, int64_t timeout_ms)
 {
     if (!p)
         return WXG_EINVAL;
@@ -771,17 +771,17 @@ int wxg_pool_wait_tag(wxg_pool_t *p, uint64_t tag, int64_t timeout_ms)
     return rc;
 }
 
-int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item)
+int wxg__pool_submit(wxg__pool_t *p, uint64_t conversation, uint64_t tag, void *item)
 {
     return submit(p, conversation, tag, item, 0);
 }
 
-int wxg_pool_submit_last(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item)
+int wxg__pool_submit_last(wxg__pool_t *p, uint64_t conversation, uint64_t tag, void *item)
 {
     return submit(p, conversation, tag, item, 1);
 }
 
-void wxg_pool_close(wxg_pool_t *p)
+void wxg__pool_close(wxg__pool_t *p)
 {
     if (!p)
         return;
@@ -790,7 +790,7 @@ void wxg_pool_close(wxg_pool_t *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-int wxg_pool_drain(wxg_pool_t *p, int64_t timeout_ms)
+int wxg__pool_drain(wxg__pool_t *p, int64_t timeout_ms)
 {
     if (!p)
         return WXG_EINVAL;
@@ -809,7 +809,7 @@ int wxg_pool_drain(wxg_pool_t *p, int64_t timeout_ms)
     return rc;
 }
 
-void wxg_pool_destroy(wxg_pool_t *p)
+void wxg__pool_destroy(wxg__pool_t *p)
 {
     if (!p)
         return;
@@ -832,7 +832,7 @@ void wxg_pool_destroy(wxg_pool_t *p)
     pool_free(p);
 }
 
-void wxg_pool_stats(wxg_pool_t *p, wxg_pool_stats_t *out)
+void wxg__pool_stats(wxg__pool_t *p, wxg__pool_stats_t *out)
 {
     if (!p || !out)
         return;

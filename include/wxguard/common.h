@@ -1,6 +1,10 @@
 /*
  * Common definitions shared by every public wxguard header: the export macro and the
  * library version.
+ *
+ * Public although no program includes it by name: every other header in include/wxguard/
+ * includes it for WXG_EXPORT, so a program or plugin that includes any of them gets it, and
+ * the version macros are there for a plugin built outside the tree to test against.
  */
 #ifndef WXGUARD_COMMON_H
 #define WXGUARD_COMMON_H

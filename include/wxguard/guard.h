@@ -33,8 +33,11 @@
 #include <stdint.h>
 
 #include "wxguard/common.h"
-#include "wxguard/donecache.h"
 #include "wxguard/err.h"
+
+/* The near cache of DONE messages (lib/donecache.c), opaque here: the consumer makes one from
+ * consumer.done_cache_entries and hands it to its guard handles through done_cache below. */
+typedef struct wxg_donecache_s wxg_donecache_t;
 
 /* Owner tokens are 128 random bits written as 32 lower-case hex digits. */
 #define WXG_GUARD_OWNER_LEN 32
@@ -134,7 +137,9 @@ typedef struct wxg_guard_conf {
      * that wrote a DONE marker (result OK) remembers the message for the DONE retention. One
      * cache may be shared by any number of handles (and threads) of a process; entries are kept
      * apart per Redis server, database and prefix. It must outlive every handle using it.
-     * Ignored in naive mode. */
+     * Ignored in naive mode. The consumer sets it (wxg_consumer_conf_t.done_cache_entries);
+     * the functions that make a cache are internal to libwxguard, so a program leaves it
+     * NULL. */
     wxg_donecache_t *done_cache;
 } wxg_guard_conf_t;
 

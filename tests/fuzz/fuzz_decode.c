@@ -1,5 +1,5 @@
 /* libFuzzer harness for wxg_decode() and the safe-mode path (wxg_decode_oa_encrypt(),
- * wxg_oa_decrypt()): every input is decoded with every forced format and with detection, at the
+ * wxg__oa_decrypt()): every input is decoded with every forced format and with detection, at the
  * default caps and at a small depth cap. Beyond "no crash, no leak, no undefined behaviour" it
  * checks the decoder's promises and traps when one is broken:
  *   - a success yields views whose keys pass wxg_key_check() with the view's kind, whose
@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oacrypt_int.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 #include "wxguard/msg.h"
-#include "wxguard/oacrypt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -79,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* The safe-mode path of wxguard-ingest: the envelope reader, then decryption of whatever
      * Encrypt it found (and of the raw input as if it were Encrypt) with a fixed key. */
-    static const unsigned char key[WXG_OA_AES_KEY_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const unsigned char key[WXG__OA_AES_KEY_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
     char err[256];
     char *enc = NULL, *plain = NULL;
     size_t enc_len = 0, plain_len = 0;
@@ -91,14 +91,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         if (enc == NULL || enc[enc_len] != '\0')
             __builtin_trap();
-        rc = wxg_oa_decrypt(key, "wx_FUZZ", enc, enc_len, &plain, &plain_len, err, sizeof err);
+        rc = wxg__oa_decrypt(key, "wx_FUZZ", enc, enc_len, &plain, &plain_len, err, sizeof err);
         if (rc == 0 && (plain == NULL || plain[plain_len] != '\0'))
             __builtin_trap();
         free(plain);
         free(enc);
     }
     plain = NULL;
-    rc = wxg_oa_decrypt(key, NULL, (const char *)data, size, &plain, &plain_len, err, sizeof err);
+    rc = wxg__oa_decrypt(key, NULL, (const char *)data, size, &plain, &plain_len, err, sizeof err);
     if (rc == 0 && (plain == NULL || plain[plain_len] != '\0'))
         __builtin_trap();
     free(plain);

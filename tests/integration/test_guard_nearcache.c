@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "donecache_int.h"
 #include "guardtest.h"
 #include "testenv.h"
-#include "wxguard/donecache.h"
 #include "wxguard/guard.h"
 
 typedef struct fixture {
@@ -29,7 +29,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     char err[128] = "";
-    f->cache = wxg_donecache_new(1024, err, sizeof err);
+    f->cache = wxg__donecache_new(1024, err, sizeof err);
     assert_non_null(f->cache);
     gt_conf(&f->conf, wxg_test_redis_host(), wxg_test_redis_port(), "near", f->prefix,
             sizeof f->prefix);
@@ -48,7 +48,7 @@ static int teardown(void **state)
     wxg_guard_destroy(f->g1);
     wxg_guard_destroy(f->g2);
     wxg_guard_destroy(f->plain);
-    wxg_donecache_destroy(f->cache); /* after every handle that uses it */
+    wxg__donecache_destroy(f->cache); /* after every handle that uses it */
     free(f);
     return 0;
 }
@@ -191,8 +191,8 @@ static void only_a_complete_that_wrote_the_marker_fills_the_cache(void **state)
     assert_int_equal(wxg_guard_claim(f->plain, key, strlen(key), hash_a, &c), 0);
     assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
     assert_int_equal(wxg_guard_complete(f->plain, &c.ticket, NULL), 0);
-    wxg_donecache_stats_t cs0;
-    wxg_donecache_stats(f->cache, &cs0);
+    wxg__donecache_stats_t cs0;
+    wxg__donecache_stats(f->cache, &cs0);
 
     /* The same completion retried through a cached handle: ALREADY_DONE, not remembered (the
      * marker's age is unknown). */
@@ -225,8 +225,8 @@ static void only_a_complete_that_wrote_the_marker_fills_the_cache(void **state)
     assert_int_equal(d2.outcome, WXG_GUARD_DUPLICATE);
     assert_int_equal(d2.cached, 0);
 
-    wxg_donecache_stats_t cs;
-    wxg_donecache_stats(f->cache, &cs);
+    wxg__donecache_stats_t cs;
+    wxg__donecache_stats(f->cache, &cs);
     assert_int_equal(cs.inserts, cs0.inserts);
     wxg_guard_claim_clear(&c);
     wxg_guard_claim_clear(&c2);
@@ -291,8 +291,8 @@ static void naive_mode_never_uses_the_cache(void **state)
     c.naive = 1;
     c.done_cache = f->cache;
     wxg_guard_t *g = gt_open(&c);
-    wxg_donecache_stats_t cs0, cs;
-    wxg_donecache_stats(f->cache, &cs0);
+    wxg__donecache_stats_t cs0, cs;
+    wxg__donecache_stats(f->cache, &cs0);
     const char *key = "bot1:n:2600001";
     claim_and_complete(g, key, hash_a);
     wxg_guard_stats_t before = stats(g);
@@ -301,7 +301,7 @@ static void naive_mode_never_uses_the_cache(void **state)
     assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
     assert_int_equal(d.cached, 0);
     assert_int_equal(stats(g).round_trips, before.round_trips + 1);
-    wxg_donecache_stats(f->cache, &cs);
+    wxg__donecache_stats(f->cache, &cs);
     assert_int_equal(cs.inserts, cs0.inserts);
     assert_int_equal(cs.hits + cs.misses, cs0.hits + cs0.misses);
     wxg_guard_destroy(g);

@@ -19,15 +19,15 @@
 #include <time.h>
 #include <sys/time.h>
 
+#include "oacrypt_int.h"
+#include "testenv.h"
+#include "testhttp.h"
+#include "testkafka.h"
 #include "wxguard/conf.h"
 #include "wxguard/err.h"
 #include "wxguard/ingest.h"
 #include "wxguard/metrics.h"
 #include "wxguard/msg.h"
-#include "wxguard/oacrypt.h"
-#include "testenv.h"
-#include "testhttp.h"
-#include "testkafka.h"
 
 #define OA_TOKEN "AAAAA"
 #define MAX_RECS 128
@@ -442,15 +442,15 @@ static void refused_requests_store_nothing_and_the_url_verification_echoes(void 
 static unsigned post_sealed(int port, const char *eak, const char *appid, const char *msg,
                             int bad_sig, const char *nonce)
 {
-    unsigned char key[WXG_OA_AES_KEY_BYTES];
-    assert_int_equal(wxg_oa_aes_key(eak, key), 0);
+    unsigned char key[WXG__OA_AES_KEY_BYTES];
+    assert_int_equal(wxg__oa_aes_key(eak, key), 0);
     char *enc = NULL;
-    assert_int_equal(wxg_oa_encrypt(key, appid, (const unsigned char *)"FAKERANDOMBYTES!", msg,
-                                    strlen(msg), &enc),
+    assert_int_equal(wxg__oa_encrypt(key, appid, (const unsigned char *)"FAKERANDOMBYTES!", msg,
+                                     strlen(msg), &enc),
                      0);
     char msig[41], target[512], body[4096], ts[24];
     now_ts(ts);
-    assert_int_equal(wxg_oa_msg_signature(OA_TOKEN, ts, nonce, enc, strlen(enc), msig), 0);
+    assert_int_equal(wxg__oa_msg_signature(OA_TOKEN, ts, nonce, enc, strlen(enc), msig), 0);
     if (bad_sig)
         msig[0] = msig[0] == '0' ? '1' : '0';
     char sig[41];

@@ -24,12 +24,12 @@
 #include <unistd.h>
 
 #include "consumertest.h"
-#include "testkafka.h"
+#include "oacrypt_int.h"
 #include "testenv.h"
 #include "testhttp.h"
+#include "testkafka.h"
 #include "wxguard/ingest.h"
 #include "wxguard/msg.h"
-#include "wxguard/oacrypt.h"
 
 #define ACCT    "wxid_prvbotA1x"
 #define CONV    "prvroomB2x@chatroom"
@@ -273,7 +273,7 @@ static void oa_target(char *out, size_t size, const char *ts, const char *enc)
                  sig, ts);
         return;
     }
-    assert_int_equal(wxg_oa_msg_signature(OA_TOKEN, ts, "55", enc, strlen(enc), msig), 0);
+    assert_int_equal(wxg__oa_msg_signature(OA_TOKEN, ts, "55", enc, strlen(enc), msig), 0);
     snprintf(out, size,
              "/v1/callback/oa?signature=%s&timestamp=%s&nonce=55&openid=" OPENID
              "&encrypt_type=aes&msg_signature=%s",
@@ -339,11 +339,11 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
     /* Accepted: a plain OA push, an encrypted one, a gateway callback. */
     oa_target(target, sizeof target, ts, NULL);
     assert_int_equal(post(port, target, NULL, oa_push), 200);
-    unsigned char key[WXG_OA_AES_KEY_BYTES];
-    assert_int_equal(wxg_oa_aes_key(AES_KEY, key), 0);
+    unsigned char key[WXG__OA_AES_KEY_BYTES];
+    assert_int_equal(wxg__oa_aes_key(AES_KEY, key), 0);
     char *enc = NULL;
-    assert_int_equal(wxg_oa_encrypt(key, APPID, (const unsigned char *)"PRVRANDOMBYTES16", oa_push,
-                                    strlen(oa_push), &enc),
+    assert_int_equal(wxg__oa_encrypt(key, APPID, (const unsigned char *)"PRVRANDOMBYTES16", oa_push,
+                                     strlen(oa_push), &enc),
                      0);
     char env[4096];
     snprintf(env, sizeof env,
@@ -369,9 +369,9 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
     assert_int_equal(post(port, "/v1/callback/generic", hdr, poison[0]), 400);
     assert_int_equal(post(port, "/v1/callback/generic/wxid_someoneelse", hdr, poison[0]), 400);
     free(enc);
-    assert_int_equal(wxg_oa_aes_key("ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ", key), 0);
-    assert_int_equal(wxg_oa_encrypt(key, APPID, (const unsigned char *)"PRVRANDOMBYTES16", oa_push,
-                                    strlen(oa_push), &enc),
+    assert_int_equal(wxg__oa_aes_key("ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ", key), 0);
+    assert_int_equal(wxg__oa_encrypt(key, APPID, (const unsigned char *)"PRVRANDOMBYTES16", oa_push,
+                                     strlen(oa_push), &enc),
                      0);
     snprintf(env, sizeof env,
              "<xml><ToUserName><![CDATA[" OA_ACCT "]]></ToUserName><Encrypt><![CDATA[%s]]>"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wxguard/donecache.h"
+#include "donecache_int.h"
 
 /* A deterministic, well-spread 16-byte fingerprint for (space, i). */
 static void make_fp(uint64_t space, uint64_t i, unsigned char fp[16])
@@ -32,7 +32,7 @@ static void make_fp(uint64_t space, uint64_t i, unsigned char fp[16])
 static wxg_donecache_t *new_cache(size_t entries)
 {
     char err[128] = "";
-    wxg_donecache_t *c = wxg_donecache_new(entries, err, sizeof err);
+    wxg_donecache_t *c = wxg__donecache_new(entries, err, sizeof err);
     assert_non_null(c);
     return c;
 }
@@ -45,20 +45,20 @@ static void an_inserted_fingerprint_is_found_with_its_tag_and_others_miss(void *
     make_fp(1, 1, a);
     make_fp(1, 2, b);
     int tag = 12345;
-    assert_int_equal(wxg_donecache_lookup(c, a, 100, &tag), 0);
+    assert_int_equal(wxg__donecache_lookup(c, a, 100, &tag), 0);
     assert_int_equal(tag, 12345); /* untouched on a miss */
-    wxg_donecache_insert(c, a, -2, 10100, 100);
-    assert_int_equal(wxg_donecache_lookup(c, a, 200, &tag), 1);
+    wxg__donecache_insert(c, a, -2, 10100, 100);
+    assert_int_equal(wxg__donecache_lookup(c, a, 200, &tag), 1);
     assert_int_equal(tag, -2); /* negative 16-bit tags survive */
-    assert_int_equal(wxg_donecache_lookup(c, a, 200, NULL), 1);
-    assert_int_equal(wxg_donecache_lookup(c, b, 200, &tag), 0);
+    assert_int_equal(wxg__donecache_lookup(c, a, 200, NULL), 1);
+    assert_int_equal(wxg__donecache_lookup(c, b, 200, &tag), 0);
     /* A fingerprint that differs only in its last byte is another message. */
     unsigned char a2[16];
     memcpy(a2, a, 16);
     a2[15] ^= 1;
-    assert_int_equal(wxg_donecache_lookup(c, a2, 200, &tag), 0);
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    assert_int_equal(wxg__donecache_lookup(c, a2, 200, &tag), 0);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.capacity, 1024);
     assert_int_equal(st.used, 1);
     assert_int_equal(st.inserts, 1);
@@ -66,7 +66,7 @@ static void an_inserted_fingerprint_is_found_with_its_tag_and_others_miss(void *
     assert_int_equal(st.misses, 3);
     assert_int_equal(st.evictions, 0);
     assert_true(st.memory_bytes >= 1024 * 32);
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 }
 
 static void the_stored_tag_is_what_a_payload_check_compares_against(void **state)
@@ -75,20 +75,20 @@ static void the_stored_tag_is_what_a_payload_check_compares_against(void **state
     wxg_donecache_t *c = new_cache(64);
     unsigned char a[16];
     make_fp(2, 7, a);
-    wxg_donecache_insert(c, a, 0x1234, 5000, 0);
+    wxg__donecache_insert(c, a, 0x1234, 5000, 0);
     int tag = 0;
-    assert_int_equal(wxg_donecache_lookup(c, a, 1, &tag), 1);
+    assert_int_equal(wxg__donecache_lookup(c, a, 1, &tag), 1);
     assert_int_equal(tag, 0x1234);
     assert_true(tag != 0x1235); /* a caller with another payload sees a mismatch */
     /* Completing again (e.g. after its retention) overwrites tag and expiry in place. */
-    wxg_donecache_insert(c, a, 0x0042, 9000, 4000);
-    assert_int_equal(wxg_donecache_lookup(c, a, 8999, &tag), 1);
+    wxg__donecache_insert(c, a, 0x0042, 9000, 4000);
+    assert_int_equal(wxg__donecache_lookup(c, a, 8999, &tag), 1);
     assert_int_equal(tag, 0x42);
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.used, 1);
     assert_int_equal(st.inserts, 2);
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 }
 
 static void an_entry_is_live_until_just_before_its_expiry_and_never_after(void **state)
@@ -98,55 +98,55 @@ static void an_entry_is_live_until_just_before_its_expiry_and_never_after(void *
     unsigned char a[16], b[16];
     make_fp(3, 1, a);
     make_fp(3, 2, b);
-    wxg_donecache_insert(c, a, 5, 1000, 0);
-    assert_int_equal(wxg_donecache_lookup(c, a, 999, NULL), 1);
-    assert_int_equal(wxg_donecache_lookup(c, a, 1000, NULL), 0);
-    assert_int_equal(wxg_donecache_lookup(c, a, 5000, NULL), 0);
+    wxg__donecache_insert(c, a, 5, 1000, 0);
+    assert_int_equal(wxg__donecache_lookup(c, a, 999, NULL), 1);
+    assert_int_equal(wxg__donecache_lookup(c, a, 1000, NULL), 0);
+    assert_int_equal(wxg__donecache_lookup(c, a, 5000, NULL), 0);
     /* An expiry that is not in the future is not stored at all. */
-    wxg_donecache_insert(c, b, 5, 2000, 2000);
-    assert_int_equal(wxg_donecache_lookup(c, b, 1999, NULL), 0);
-    wxg_donecache_insert(c, b, 5, 0, -10);
-    assert_int_equal(wxg_donecache_lookup(c, b, -5, NULL), 0);
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_insert(c, b, 5, 2000, 2000);
+    assert_int_equal(wxg__donecache_lookup(c, b, 1999, NULL), 0);
+    wxg__donecache_insert(c, b, 5, 0, -10);
+    assert_int_equal(wxg__donecache_lookup(c, b, -5, NULL), 0);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.inserts, 1);
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 }
 
 static void a_full_set_gives_up_an_expired_entry_first_then_the_one_expiring_first(void **state)
 {
     (void)state;
     /* Eight entries are one set: every fingerprint competes for the same eight ways. */
-    wxg_donecache_t *c = new_cache(WXG_DONECACHE_WAYS);
-    unsigned char fp[WXG_DONECACHE_WAYS + 2][16];
-    for (int i = 0; i < WXG_DONECACHE_WAYS + 2; i++)
+    wxg_donecache_t *c = new_cache(WXG__DONECACHE_WAYS);
+    unsigned char fp[WXG__DONECACHE_WAYS + 2][16];
+    for (int i = 0; i < WXG__DONECACHE_WAYS + 2; i++)
         make_fp(4, (uint64_t)i, fp[i]);
     /* Way i expires at 1000 + i, except entry 3, which expires at 500. */
-    for (int i = 0; i < WXG_DONECACHE_WAYS; i++)
-        wxg_donecache_insert(c, fp[i], i, i == 3 ? 500 : 1000 + i, 10);
-    for (int i = 0; i < WXG_DONECACHE_WAYS; i++)
-        assert_int_equal(wxg_donecache_lookup(c, fp[i], 100, NULL), 1);
+    for (int i = 0; i < WXG__DONECACHE_WAYS; i++)
+        wxg__donecache_insert(c, fp[i], i, i == 3 ? 500 : 1000 + i, 10);
+    for (int i = 0; i < WXG__DONECACHE_WAYS; i++)
+        assert_int_equal(wxg__donecache_lookup(c, fp[i], 100, NULL), 1);
     /* At 600 entry 3 has expired: the newcomer takes its slot and no live entry is lost. */
-    wxg_donecache_insert(c, fp[WXG_DONECACHE_WAYS], 77, 5000, 600);
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_insert(c, fp[WXG__DONECACHE_WAYS], 77, 5000, 600);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.evictions, 0);
-    assert_int_equal(st.used, WXG_DONECACHE_WAYS);
-    for (int i = 0; i < WXG_DONECACHE_WAYS; i++)
-        assert_int_equal(wxg_donecache_lookup(c, fp[i], 600, NULL), i != 3);
-    assert_int_equal(wxg_donecache_lookup(c, fp[WXG_DONECACHE_WAYS], 600, NULL), 1);
+    assert_int_equal(st.used, WXG__DONECACHE_WAYS);
+    for (int i = 0; i < WXG__DONECACHE_WAYS; i++)
+        assert_int_equal(wxg__donecache_lookup(c, fp[i], 600, NULL), i != 3);
+    assert_int_equal(wxg__donecache_lookup(c, fp[WXG__DONECACHE_WAYS], 600, NULL), 1);
     /* Full of live entries: the one that expires first (entry 0, at 1000) is evicted. */
-    wxg_donecache_insert(c, fp[WXG_DONECACHE_WAYS + 1], 78, 6000, 700);
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_insert(c, fp[WXG__DONECACHE_WAYS + 1], 78, 6000, 700);
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.evictions, 1);
-    assert_int_equal(st.used, WXG_DONECACHE_WAYS);
-    assert_int_equal(wxg_donecache_lookup(c, fp[0], 700, NULL), 0);
-    for (int i = 1; i < WXG_DONECACHE_WAYS; i++)
-        assert_int_equal(wxg_donecache_lookup(c, fp[i], 700, NULL), i != 3);
+    assert_int_equal(st.used, WXG__DONECACHE_WAYS);
+    assert_int_equal(wxg__donecache_lookup(c, fp[0], 700, NULL), 0);
+    for (int i = 1; i < WXG__DONECACHE_WAYS; i++)
+        assert_int_equal(wxg__donecache_lookup(c, fp[i], 700, NULL), i != 3);
     int tag = 0;
-    assert_int_equal(wxg_donecache_lookup(c, fp[WXG_DONECACHE_WAYS + 1], 700, &tag), 1);
+    assert_int_equal(wxg__donecache_lookup(c, fp[WXG__DONECACHE_WAYS + 1], 700, &tag), 1);
     assert_int_equal(tag, 78);
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 }
 
 static void capacity_zero_remembers_nothing_and_null_is_harmless(void **state)
@@ -155,35 +155,35 @@ static void capacity_zero_remembers_nothing_and_null_is_harmless(void **state)
     wxg_donecache_t *c = new_cache(0);
     unsigned char a[16];
     make_fp(5, 1, a);
-    wxg_donecache_insert(c, a, 1, 1000, 0);
-    assert_int_equal(wxg_donecache_lookup(c, a, 1, NULL), 0);
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_insert(c, a, 1, 1000, 0);
+    assert_int_equal(wxg__donecache_lookup(c, a, 1, NULL), 0);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.capacity, 0);
     assert_int_equal(st.used, 0);
     assert_int_equal(st.inserts, 0);
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 
-    wxg_donecache_insert(NULL, a, 1, 1000, 0);
-    assert_int_equal(wxg_donecache_lookup(NULL, a, 1, NULL), 0);
+    wxg__donecache_insert(NULL, a, 1, 1000, 0);
+    assert_int_equal(wxg__donecache_lookup(NULL, a, 1, NULL), 0);
     memset(&st, 0xff, sizeof st);
-    wxg_donecache_stats(NULL, &st);
+    wxg__donecache_stats(NULL, &st);
     assert_int_equal(st.capacity, 0);
     assert_int_equal(st.hits, 0);
-    wxg_donecache_destroy(NULL);
+    wxg__donecache_destroy(NULL);
 }
 
 static void capacity_is_rounded_up_to_whole_sets_and_bounded(void **state)
 {
     (void)state;
     wxg_donecache_t *c = new_cache(10);
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.capacity, 16);
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 
     char err[128] = "";
-    assert_null(wxg_donecache_new(WXG_DONECACHE_MAX_ENTRIES + 1, err, sizeof err));
+    assert_null(wxg__donecache_new(WXG__DONECACHE_MAX_ENTRIES + 1, err, sizeof err));
     assert_non_null(strstr(err, "limit"));
 }
 
@@ -206,28 +206,28 @@ static void *worker(void *p)
     unsigned char fp[16];
     for (uint64_t i = 0; i < PER_THREAD; i++) {
         make_fp(100 + a->id, i, fp);
-        wxg_donecache_insert(a->c, fp, (int)(a->id * 1000 + i), 1000000, 1);
+        wxg__donecache_insert(a->c, fp, (int)(a->id * 1000 + i), 1000000, 1);
         /* Everyone also completes the same shared messages, with the same tag. */
         if (i < SHARED_KEYS) {
             make_fp(99, i, fp);
-            wxg_donecache_insert(a->c, fp, 7, 1000000, 1);
+            wxg__donecache_insert(a->c, fp, 7, 1000000, 1);
         }
     }
     for (int r = 0; r < ROUNDS; r++) {
         for (uint64_t i = 0; i < PER_THREAD; i++) {
             int tag = -1;
             make_fp(100 + a->id, i, fp);
-            if (wxg_donecache_lookup(a->c, fp, 2, &tag)) {
+            if (wxg__donecache_lookup(a->c, fp, 2, &tag)) {
                 a->own_hits++;
                 a->own_right_tag += tag == (int)(a->id * 1000 + i);
             }
             if (i < SHARED_KEYS) {
                 make_fp(99, i, fp);
-                a->shared_hits += (size_t)wxg_donecache_lookup(a->c, fp, 2, &tag);
+                a->shared_hits += (size_t)wxg__donecache_lookup(a->c, fp, 2, &tag);
             }
             /* Never inserted by anyone. */
             make_fp(500 + a->id, i, fp);
-            a->foreign_misses += (size_t)!wxg_donecache_lookup(a->c, fp, 2, NULL);
+            a->foreign_misses += (size_t)!wxg__donecache_lookup(a->c, fp, 2, NULL);
         }
     }
     return NULL;
@@ -259,16 +259,16 @@ static void threads_sharing_a_cache_all_find_what_each_of_them_inserted(void **s
         for (uint64_t i = 0; i < PER_THREAD; i += 37) {
             int tag = -1;
             make_fp(100 + t, i, fp);
-            assert_int_equal(wxg_donecache_lookup(c, fp, 3, &tag), 1);
+            assert_int_equal(wxg__donecache_lookup(c, fp, 3, &tag), 1);
             assert_int_equal(tag, (int)(t * 1000 + i));
         }
     }
-    wxg_donecache_stats_t st;
-    wxg_donecache_stats(c, &st);
+    wxg__donecache_stats_t st;
+    wxg__donecache_stats(c, &st);
     assert_int_equal(st.evictions, 0);
     assert_int_equal(st.used, THREADS * PER_THREAD + SHARED_KEYS);
     assert_int_equal(st.inserts, THREADS * (PER_THREAD + SHARED_KEYS));
-    wxg_donecache_destroy(c);
+    wxg__donecache_destroy(c);
 }
 
 int main(void)

@@ -14,13 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "oacrypt_int.h"
+#include "testenv.h"
+#include "testhttp.h"
 #include "wxguard/conf.h"
 #include "wxguard/err.h"
 #include "wxguard/ingest.h"
 #include "wxguard/metrics.h"
-#include "wxguard/oacrypt.h"
-#include "testenv.h"
-#include "testhttp.h"
 
 static const char *const no_env[] = {NULL};
 
@@ -431,7 +431,7 @@ static int post_encrypted(fixture *f, const char *head, const char *enc, const c
 {
     char sig[41], msig[41], target[512], payload[2048];
     assert_int_equal(wxg_ingest_oa_signature("AAAAA", "1732330200", "9", sig), 0);
-    assert_int_equal(wxg_oa_msg_signature("AAAAA", "1732330200", "9", enc, strlen(enc), msig), 0);
+    assert_int_equal(wxg__oa_msg_signature("AAAAA", "1732330200", "9", enc, strlen(enc), msig), 0);
     if (bad_sig)
         msig[0] = msig[0] == 'a' ? 'b' : 'a';
     snprintf(target, sizeof target,
@@ -454,12 +454,12 @@ static void encrypted_pushes_that_fail_a_check_are_refused_before_kafka(void **s
     const char *extra[] = {"ingest.oa.token=AAAAA", "ingest.oa.aes.key=" EAK,
                            "ingest.oa.appid=wx_FAKEAPPID_0001", "ingest.signature.tolerance.ms=0"};
     start(&f, extra, 4);
-    unsigned char key[WXG_OA_AES_KEY_BYTES];
+    unsigned char key[WXG__OA_AES_KEY_BYTES];
     char *enc = NULL;
-    assert_int_equal(wxg_oa_aes_key(EAK, key), 0);
-    assert_int_equal(wxg_oa_encrypt(key, "wx_FAKEAPPID_0001",
-                                    (const unsigned char *)"0123456789abcdef", o1_xml,
-                                    sizeof o1_xml - 1, &enc),
+    assert_int_equal(wxg__oa_aes_key(EAK, key), 0);
+    assert_int_equal(wxg__oa_encrypt(key, "wx_FAKEAPPID_0001",
+                                     (const unsigned char *)"0123456789abcdef", o1_xml,
+                                     sizeof o1_xml - 1, &enc),
                      0);
     /* No Encrypt in the envelope: 400 with the reader's reason. */
     assert_int_equal(

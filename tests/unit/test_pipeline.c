@@ -28,8 +28,8 @@
 #include "fakeguard.h"
 #include "guard_int.h"
 #include "pipeline_int.h"
+#include "pool_int.h"
 #include "wxguard/err.h"
-#include "wxguard/pool.h"
 
 #define MAXN  8
 #define TOPIC "orders"
@@ -265,7 +265,7 @@ static const char *add_message(fixture *x, unsigned id)
 }
 
 /* Runs the items not finished yet through `w` as one batch; returns the run's result and leaves
- * each item's delay (or WXG_POOL_FINISHED) in x->out. */
+ * each item's delay (or WXG__POOL_FINISHED) in x->out. */
 static int run_on(fixture *x, wxg__pl_worker_t *w)
 {
     void *batch[MAXN];
@@ -315,7 +315,7 @@ static void a_duplicate_is_finished_and_runs_no_plugin(void **state)
     const char *key = add_message(x, 1);
     fakeguard_set_done(x->f, key);
     assert_int_equal(run(x), 0);
-    assert_int_equal(x->out[0], WXG_POOL_FINISHED);
+    assert_int_equal(x->out[0], WXG__POOL_FINISHED);
     assert_int_equal(x->nfinished, 1);
     assert_int_equal(value(x->m.claims[WXG__PL_DUPLICATE]), 1);
     assert_int_equal(plugin_runs(x, 0, WXG__PL_OK), 0);
@@ -342,7 +342,7 @@ static void busy_is_requeued_after_the_owners_lease_and_never_finished_early(voi
     /* The owner's lease runs out: the retry claims it and completes it. */
     fakeguard_advance(x->f, 6000);
     assert_int_equal(run(x), 0);
-    assert_int_equal(x->out[0], WXG_POOL_FINISHED);
+    assert_int_equal(x->out[0], WXG__POOL_FINISHED);
     assert_int_equal(x->nfinished, 1);
     assert_int_equal(value(x->m.processed), 1);
     assert_int_equal(fakeguard_state(x->f, key, NULL, NULL), WXG_GUARD_DONE);
@@ -433,7 +433,7 @@ retry_then_fail_keeps_the_finished_plugin_and_dead_letters_with_the_attempts(voi
     conf2.chain = make_chain("noop,fail", fail, 3);
     wxg__pl_worker_t *w2 = make_worker(x, &conf2, 1);
     assert_int_equal(run_on(x, w2), 0);
-    assert_int_equal(x->out[0], WXG_POOL_FINISHED);
+    assert_int_equal(x->out[0], WXG__POOL_FINISHED);
     assert_int_equal(x->nfinished, 1);
     assert_int_equal(plugin_runs(x, 0, WXG__PL_OK), 1);
     assert_int_equal(plugin_runs(x, 1, WXG__PL_FAIL), 1);
@@ -558,7 +558,7 @@ static void a_dead_letter_that_cannot_be_written_waits_and_is_written_later(void
     assert_int_equal(x->nfinished, 0);
     /* The next run writes it without running the plugin again, then marks it FAILED. */
     assert_int_equal(run(x), 0);
-    assert_int_equal(x->out[0], WXG_POOL_FINISHED);
+    assert_int_equal(x->out[0], WXG__POOL_FINISHED);
     assert_int_equal(x->nletters, 1);
     assert_int_equal(plugin_runs(x, 0, WXG__PL_FAIL), 1);
     assert_int_equal(fakeguard_state(x->f, key, NULL, NULL), WXG_GUARD_FAILED);
@@ -613,7 +613,7 @@ static void markers_that_cannot_be_written_leave_it_to_complete(void **state)
     /* The markers only spare work after a partial failure: complete still decides, and the
      * message is DONE in the same run. */
     assert_int_equal(run(x), 0);
-    assert_int_equal(x->out[0], WXG_POOL_FINISHED);
+    assert_int_equal(x->out[0], WXG__POOL_FINISHED);
     assert_int_equal(x->nfinished, 1);
     assert_int_equal(value(x->m.guard_errors[WXG__PL_OP_PLUGIN_DONE]), 1);
     assert_int_equal(value(x->m.processed), 1);

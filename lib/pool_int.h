@@ -1,5 +1,7 @@
 /*
- * Worker pool with per-conversation ordering, batching and delayed re-queue.
+ * Internal to libwxguard: the worker pool (lib/pool.c), with per-conversation ordering,
+ * batching and delayed re-queue. Only the consumer (lib/consumer.c) runs one, and the
+ * pipeline returns its WXG__POOL_FINISHED; no program uses it, so it is not public.
  *
  * The consumer's poll thread submits one job per message with a conversation hash and a tag
  * (the consumer uses the partition). Jobs of one conversation form a lane: only the lane's
@@ -12,7 +14,7 @@
  * than `batch_delay_us` after the first of them became ready. Only one worker gathers a batch at
  * a time; the others wait their turn, so light traffic forms batches instead of one-job slices.
  *
- * The run callback returns, per job, either WXG_POOL_FINISHED (the job leaves the pool) or a
+ * The run callback returns, per job, either WXG__POOL_FINISHED (the job leaves the pool) or a
  * delay in milliseconds >= 0: the job stays at the head of its lane and becomes ready again
  * after the delay, without occupying a worker meanwhile and without letting later jobs of its
  * conversation overtake it (a BUSY claim or a retry with backoff).
@@ -27,20 +29,18 @@
  * worker threads; cancelled and pressure are called with the pool's lock held, from whichever
  * thread caused them, and must not call back into the pool.
  */
-#ifndef WXGUARD_POOL_H
-#define WXGUARD_POOL_H
+#ifndef WXG_POOL_INT_H
+#define WXG_POOL_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wxguard/common.h"
-
-typedef struct wxg_pool_s wxg_pool_t;
+typedef struct wxg__pool_s wxg__pool_t;
 
 /* A job's result: it leaves the pool. Any value >= 0 re-queues it after that many ms. */
-#define WXG_POOL_FINISHED (-1)
+#define WXG__POOL_FINISHED (-1)
 
-typedef struct wxg_pool_ops {
+typedef struct wxg__pool_ops {
     /* Optional. Creates per-worker state on the worker's own thread (e.g. a Redis connection).
      * Returns 0, or a negative WXG_E* code with errstr filled: the pool then fails to start. */
     int (*thread_init)(void *opaque, unsigned worker, void **wstate, char *errstr,
@@ -48,26 +48,26 @@ typedef struct wxg_pool_ops {
     /* Optional. Frees what thread_init made, on the same thread. */
     void (*thread_fini)(void *opaque, unsigned worker, void *wstate);
     /* Required. Processes n (1..batch_max) jobs; never two of one conversation. Fills
-     * out_delay_ms[i] with WXG_POOL_FINISHED or a re-queue delay for items[i]. */
+     * out_delay_ms[i] with WXG__POOL_FINISHED or a re-queue delay for items[i]. */
     void (*run)(void *opaque, void *wstate, void *const *items, size_t n, int64_t *out_delay_ms);
-    /* Optional. Called for a job removed without running to completion (wxg_pool_cancel, or
+    /* Optional. Called for a job removed without running to completion (wxg__pool_cancel, or
      * left over at destroy). @locks pool lock held */
     void (*cancelled)(void *opaque, void *item);
     /* Optional. high=1 when the depth reached high_watermark, high=0 when it fell back to
      * low_watermark afterwards. Calls alternate, starting with high=1. @locks pool lock held */
     void (*pressure)(void *opaque, int high);
-} wxg_pool_ops_t;
+} wxg__pool_ops_t;
 
-typedef struct wxg_pool_conf {
+typedef struct wxg__pool_conf {
     unsigned workers;       /* >= 1 */
     size_t capacity;        /* max jobs in the pool, >= 1 */
     size_t batch_max;       /* max jobs per run call, >= 1 */
     int64_t batch_delay_us; /* max wait for a fuller batch, >= 0 (0: take what is ready) */
     size_t high_watermark;  /* 1..capacity; 0 means capacity */
     size_t low_watermark;   /* < high_watermark; 0 allowed */
-} wxg_pool_conf_t;
+} wxg__pool_conf_t;
 
-typedef struct wxg_pool_stats {
+typedef struct wxg__pool_stats {
     size_t jobs;           /* in the pool now: queued + running + delayed */
     size_t running;        /* handed to a worker now */
     size_t delayed;        /* lanes waiting for a re-queue delay */
@@ -81,59 +81,59 @@ typedef struct wxg_pool_stats {
     uint64_t rejected;     /* submits refused because the pool was full */
     uint64_t batches;      /* run calls */
     uint64_t batched_jobs; /* jobs over all run calls (batched_jobs / batches = mean size) */
-} wxg_pool_stats_t;
+} wxg__pool_stats_t;
 
 /* Starts the workers (each runs thread_init before the call returns). `conf` and `ops` are
  * copied; `opaque` is passed to every callback and must outlive the pool. Returns NULL with
  * errstr filled on a bad configuration, allocation failure or a failed thread_init. */
-WXG_EXPORT wxg_pool_t *wxg_pool_new(const wxg_pool_conf_t *conf, const wxg_pool_ops_t *ops,
-                                    void *opaque, char *errstr, size_t errstr_size);
+wxg__pool_t *wxg__pool_new(const wxg__pool_conf_t *conf, const wxg__pool_ops_t *ops, void *opaque,
+                           char *errstr, size_t errstr_size);
 
 /* Adds a job. `item` is the caller's; the pool hands it back to run or cancelled. Returns 0,
  * WXG_EBUSY when the pool holds `capacity` jobs, WXG_ECLOSED after close/drain, WXG_ENOMEM.
  * @locality any thread */
-WXG_EXPORT int wxg_pool_submit(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item);
+int wxg__pool_submit(wxg__pool_t *p, uint64_t conversation, uint64_t tag, void *item);
 
-/* Like wxg_pool_submit, and tells the pool that no more jobs are coming for now: a worker
+/* Like wxg__pool_submit, and tells the pool that no more jobs are coming for now: a worker
  * collecting a batch sends what it has (this job included) at once instead of waiting out
  * batch_delay_us for company. The hint ends with the next submit, and is ignored while the pool
  * holds batch_max jobs or more (batches fill anyway). The consumer submits this way the last
  * message it has when its intake is drained, so that batching adds no delay at light load and
  * full batches still form under load.
  * @locality any thread */
-WXG_EXPORT int wxg_pool_submit_last(wxg_pool_t *p, uint64_t conversation, uint64_t tag, void *item);
+int wxg__pool_submit_last(wxg__pool_t *p, uint64_t conversation, uint64_t tag, void *item);
 
 /* Removes every job with `tag` that is not running now (queued or delayed), calling cancelled
  * for each, keeping the order of what remains. Returns how many were removed. */
-WXG_EXPORT size_t wxg_pool_cancel(wxg_pool_t *p, uint64_t tag);
+size_t wxg__pool_cancel(wxg__pool_t *p, uint64_t tag);
 
 /* Removes only the jobs with `tag` that wait out a re-queue delay, together with every later
  * job with `tag` in the same conversation (so nothing behind a removed job can overtake it).
  * The consumer calls it first on revoke: a message waiting for another owner's lease or for a
  * retry backoff is not going to finish within a drain budget. Returns how many were removed. */
-WXG_EXPORT size_t wxg_pool_cancel_delayed(wxg_pool_t *p, uint64_t tag);
+size_t wxg__pool_cancel_delayed(wxg__pool_t *p, uint64_t tag);
 
 /* Number of jobs with `tag` in the pool. */
-WXG_EXPORT size_t wxg_pool_count_tag(wxg_pool_t *p, uint64_t tag);
+size_t wxg__pool_count_tag(wxg__pool_t *p, uint64_t tag);
 
 /* Waits until no job with `tag` is in the pool. 0, or WXG_ETIMEDOUT after timeout_ms. */
-WXG_EXPORT int wxg_pool_wait_tag(wxg_pool_t *p, uint64_t tag, int64_t timeout_ms);
+int wxg__pool_wait_tag(wxg__pool_t *p, uint64_t tag, int64_t timeout_ms);
 
 /* Refuses further submits (WXG_ECLOSED). Jobs already in the pool still run. */
-WXG_EXPORT void wxg_pool_close(wxg_pool_t *p);
+void wxg__pool_close(wxg__pool_t *p);
 
 /* Closes the pool and waits until it is empty. 0, or WXG_ETIMEDOUT after timeout_ms (the jobs
  * left keep running; destroy cancels the rest). */
-WXG_EXPORT int wxg_pool_drain(wxg_pool_t *p, int64_t timeout_ms);
+int wxg__pool_drain(wxg__pool_t *p, int64_t timeout_ms);
 
 /* Stops the workers after their current batch (its results are applied), runs thread_fini,
  * calls cancelled for every job left, frees the pool. NULL is accepted.
  * @locality not from a pool callback */
-WXG_EXPORT void wxg_pool_destroy(wxg_pool_t *p);
+void wxg__pool_destroy(wxg__pool_t *p);
 
-WXG_EXPORT void wxg_pool_stats(wxg_pool_t *p, wxg_pool_stats_t *out);
+void wxg__pool_stats(wxg__pool_t *p, wxg__pool_stats_t *out);
 
-/* A 64-bit hash of a conversation id for wxg_pool_submit (FNV-1a). */
-WXG_EXPORT uint64_t wxg_pool_hash(const void *data, size_t len);
+/* A 64-bit hash of a conversation id for wxg__pool_submit (FNV-1a). */
+uint64_t wxg__pool_hash(const void *data, size_t len);
 
-#endif /* WXGUARD_POOL_H */
+#endif /* WXG_POOL_INT_H */
