@@ -49,6 +49,24 @@ int64_t wxgb_end_offsets(const char *bootstrap, const char *topic, int partition
 int64_t wxgb_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
                        int64_t *out);
 
+/* The configuration keys and their one mapping (bench_conf.c), as wxguard-consumer uses them.
+ * wxgb_conf_new: the keys' defaults, then `options` (properties text made from the subcommand's
+ * own options; may be NULL), then `sets` ("key=value" from --set), which win. The wxgb_conf_*
+ * mappings fill the structure as wxg_conf_guard() / wxg_conf_consumer() do; strings point into
+ * `conf`, so free it (wxg_conf_free) only after the guard or consumer is gone. Each exits the
+ * program with the key named when a value is refused. wxgb_props: a malloc'd formatted string
+ * for `options`. */
+struct wxg_conf_s;
+struct wxg_guard_conf;
+struct wxg_consumer_conf;
+struct wxg_conf_s *wxgb_conf_new(const char *options, const char *const *sets, size_t nsets);
+void wxgb_conf_guard(const struct wxg_conf_s *conf, struct wxg_guard_conf *out, char *prefix,
+                     size_t prefix_size);
+void wxgb_conf_consumer(const struct wxg_conf_s *conf, struct wxg_consumer_conf *out);
+char *wxgb_props(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* At most this many --set options per run. */
+#define WXGB_SETS_MAX 64
+
 /* Redis server counters (bench_guard.c); each exits the program if INFO fails. */
 struct redisContext;
 /* A numeric field of INFO <section>. */
@@ -61,9 +79,11 @@ double wxgb_data_calls(struct redisContext *c);
 
 /* wxguard-bench guard --rate (bench_rate.c): memory per DONE marker at the steady-state density
  * of each rate in `rates` (a comma-separated list of messages/s) with the layout the guard
- * chooses for it, `markers` markers per rate, on the empty database `admin` is connected to
- * (flushed between rates). Prints a table; returns the exit status. */
-int wxgb_rate_run(struct redisContext *admin, const char *host, int port, int db, const char *rates,
+ * configured from `conf`'s keys (wxgb_conf_guard) chooses for it, `markers` markers per rate, on
+ * the empty database `admin` is connected to (flushed between rates). Prints a table; returns
+ * the exit status. */
+struct wxg_conf_s;
+int wxgb_rate_run(struct redisContext *admin, const struct wxg_conf_s *conf, const char *rates,
                   uint64_t markers);
 
 /* Shared helpers (main.c); the clock is prog_mono_us() (cmd/common/progclock.h). */

@@ -34,6 +34,7 @@
 #include <sys/resource.h>
 
 #include "bench.h"
+#include "wxguard/conf.h"
 #include "wxguard/consumer.h"
 #include "wxguard/dlq.h"
 #include "wxguard/guard.h"
@@ -59,6 +60,8 @@ typedef struct e2e_opts {
     int fresh_buckets; /* the guard's default geometry: nearly every marker opens a bucket */
     const char *plot;
     long broker_pid; /* the Kafka broker's process, for its CPU column; 0: not shown */
+    const char *sets[WXGB_SETS_MAX]; /* --set KEY=VALUE */
+    size_t nsets;
 } e2e_opts;
 
 static void e2e_usage(FILE *f)
@@ -86,7 +89,11 @@ static void e2e_usage(FILE *f)
                "                      steady state\n"
                "  --plot FILE         write 'workers wxguard-msg/s naive-msg/s' lines to FILE\n"
                "  --broker-pid PID    the local Kafka broker's process id: adds the CPU it spent\n"
-               "                      per message while the consumer ran\n");
+               "                      per message while the consumer ran\n"
+               "  --set KEY=VALUE     any key of wxguard-consumer (docs/configuration.md), mapped\n"
+               "                      as the consumer maps it; wins over the options above\n"
+               "                      (redis.key.prefix, consumer.topics and kafka.group.id are\n"
+               "                      the run's own)\n");
 }
 
 /* Reads every record with a plain consumer; returns messages/s from first to last record. */
@@ -234,12 +241,21 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
                                 {"broker.address.family", "v4"}};
     wxg_producer_t *prod = wxg_producer_new(props, 2, err, sizeof err);
     wxg_dlq_t *dlq = prod ? wxg_dlq_new(prod, dlqt, topic, err, sizeof err) : NULL;
+    /* The guard and the consumer from the keys, mapped as wxguard-consumer maps them; the
+     * run's options are key settings, --set wins over them. */
+    char *keys = wxgb_props(
+        "kafka.bootstrap.servers = %s\nkafka.broker.address.family = v4\n"
+        "kafka.group.id = %s\nkafka.auto.offset.reset = earliest\nconsumer.topics = %s\n"
+        "redis.host = %s\nredis.port = %d\nredis.key.prefix = %s\nconsumer.workers = %d\n"
+        "consumer.batch.max = %llu\n%s",
+        o->bootstrap, group, topic, o->redis_host, o->redis_port, prefix, workers,
+        (unsigned long long)batch, o->no_done_cache ? "guard.done.cache.entries = 0\n" : "");
+    wxg_conf_t *conf = wxgb_conf_new(keys, o->sets, o->nsets);
+    free(keys);
+    char mapped_prefix[WXG_GUARD_PREFIX_MAX + 1];
     wxg_guard_conf_t gc;
-    wxg_guard_conf_init(&gc);
-    gc.host = o->redis_host;
-    gc.port = o->redis_port;
-    gc.prefix = prefix;
-    gc.batch_max = (int)batch;
+    wxgb_conf_guard(conf, &gc, mapped_prefix, sizeof mapped_prefix);
+    /* What has no key: the naive design, and the bucket sizing of a compressed run. */
     gc.naive = naive;
     if (!o->fresh_buckets && !naive) {
         /* As wxguard-bench guard does: a run compresses a time bucket's worth of markers into
@@ -249,23 +265,16 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
          * with a TTL), which a deployment pays only while a new time bucket fills. */
         gc.done_expected_rate = (double)o->messages / ((double)gc.done_retention_ms / 1000.0);
     }
-    rd_kafka_conf_t *kc = rd_kafka_conf_new();
-    rd_kafka_conf_set(kc, "bootstrap.servers", o->bootstrap, err, sizeof err);
-    rd_kafka_conf_set(kc, "broker.address.family", "v4", err, sizeof err);
-    rd_kafka_conf_set(kc, "group.id", group, err, sizeof err);
-    rd_kafka_conf_set(kc, "auto.offset.reset", "earliest", err, sizeof err);
-    const char *topics[] = {topic};
+    rd_kafka_conf_t *kc = wxg_conf_kafka(conf, err, sizeof err);
+    if (!kc) {
+        fprintf(stderr, "e2e: %s\n", err);
+        exit(2);
+    }
     wxg_consumer_conf_t cc;
-    wxg_consumer_conf_init(&cc);
+    wxgb_conf_consumer(conf, &cc);
     cc.kafka = kc;
-    cc.topics = topics;
-    cc.ntopics = 1;
-    cc.group_id = group;
-    cc.workers = (unsigned)workers;
-    cc.batch_max = batch;
+    /* consumer.batch.delay.ms has millisecond steps; --delay-us is finer. */
     cc.batch_delay_us = (int64_t)o->delay_us;
-    if (o->no_done_cache)
-        cc.done_cache_entries = 0;
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
@@ -355,6 +364,7 @@ out:
     wxg_dlq_destroy(dlq);
     wxg_producer_destroy(prod, 1000);
     wxg_plugin_chain_destroy(chain);
+    wxg_conf_free(conf);
     return row;
 }
 
@@ -473,6 +483,7 @@ int wxgb_e2e_main(int argc, char **argv)
                                        {"fresh-buckets", no_argument, NULL, 'F'},
                                        {"plot", required_argument, NULL, 'G'},
                                        {"broker-pid", required_argument, NULL, 'K'},
+                                       {"set", required_argument, NULL, 'S'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch;
@@ -541,6 +552,11 @@ int wxgb_e2e_main(int argc, char **argv)
             if (wxgb_parse_u64(optarg, &v) || v == 0 || v > 4194304)
                 goto usage;
             o.broker_pid = (long)v;
+            break;
+        case 'S':
+            if (o.nsets == WXGB_SETS_MAX)
+                goto usage;
+            o.sets[o.nsets++] = optarg;
             break;
         case 'h':
             e2e_usage(stdout);

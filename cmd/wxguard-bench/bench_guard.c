@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "wxguard/conf.h"
 #include "wxguard/guard.h"
 
 enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2, DESIGN_DUP = 4, DESIGN_SEED = 8 };
@@ -48,9 +49,12 @@ typedef struct opts {
     uint64_t markers;
     uint64_t rb_requests;
     int memory_threads;
-    int64_t bucket_ms; /* 0 = the guard's default (one bucket per retention) */
-    double dup;        /* share of repeated deliveries in the lua and seed rows */
-    int rounds;        /* rounds of the whole table, designs alternating */
+    int64_t bucket_ms;               /* 0 = the guard's default (one bucket per retention) */
+    double dup;                      /* share of repeated deliveries in the lua and seed rows */
+    int rounds;                      /* rounds of the whole table, designs alternating */
+    const char *sets[WXGB_SETS_MAX]; /* --set KEY=VALUE */
+    size_t nsets;
+    struct wxg_conf_s *conf; /* the keys: the options above, then the --set ones */
 } opts;
 
 typedef struct job {
@@ -368,15 +372,13 @@ static void *seed_worker(void *arg)
 static wxg_guard_conf_t real_conf(const opts *o, char *prefix, size_t psize, unsigned run,
                                   uint64_t markers)
 {
+    /* Everything the keys say, mapped as wxguard-consumer maps them; then what has no key: a
+     * prefix of the run's own, and the bucket sizing below. */
     wxg_guard_conf_t c;
-    wxg_guard_conf_init(&c);
+    char mapped_prefix[WXG_GUARD_PREFIX_MAX + 1];
+    wxgb_conf_guard(o->conf, &c, mapped_prefix, sizeof mapped_prefix);
     snprintf(prefix, psize, "wxgb%u:", run);
-    c.host = o->host;
-    c.port = o->port;
-    c.db = o->db;
     c.prefix = prefix;
-    c.batch_max = o->batch;
-    c.command_timeout_ms = 30000;
     /* The run compresses a time bucket's worth of markers into seconds: size the buckets for
      * the density one time bucket has in steady state when it holds `markers` markers. */
     c.done_bucket_ms = o->bucket_ms;
@@ -597,27 +599,32 @@ static int parse_designs(const char *list)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: wxguard-bench guard [--naive|--real] [--host H] [--port P] [--db N]\n"
-               "          [--threads 1,4,8,16] [--messages N] [--batch B] [--markers M]\n"
-               "          [--rb-requests N]\n\n"
-               "Runs both designs unless --naive or --real picks one. The database must be empty;\n"
-               "it is flushed when the run ends. Use a private redis-server.\n"
-               "  --messages N     claim+complete pairs per thread count (default 40000)\n"
-               "  --batch B        messages per guard script call (default 64)\n"
-               "  --markers M      DONE markers written for the memory figure (default 1000000,\n"
-               "                   0 skips the memory phase)\n"
-               "  --bucket-ms W    DONE time-bucket width (default: the retention, 7 days);\n"
-               "                   claim probes retention / W + 1 buckets\n"
-               "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
-               "50000; 0 skips it)\n"
-               "  --design LIST    designs to run, alternating: lua, naive, seed (default\n"
-               "                   lua,naive); seed = GET, SET NX PX, SET EX, DEL per message,\n"
-               "                   64 in flight\n"
-               "  --dup R          share of deliveries (lua, seed) that repeat a finished message\n"
-               "  --rounds N       run the whole table N times (default 1)\n"
-               "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
-               "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
-               "  --rate-markers M markers written per rate (default 300000)\n");
+    fprintf(f,
+            "usage: wxguard-bench guard [--naive|--real] [--host H] [--port P] [--db N]\n"
+            "          [--threads 1,4,8,16] [--messages N] [--batch B] [--markers M]\n"
+            "          [--rb-requests N] [--set KEY=VALUE ...]\n\n"
+            "Runs both designs unless --naive or --real picks one. The database must be empty;\n"
+            "it is flushed when the run ends. Use a private redis-server.\n"
+            "  --messages N     claim+complete pairs per thread count (default 40000)\n"
+            "  --batch B        messages per guard script call (default 64)\n"
+            "  --markers M      DONE markers written for the memory figure (default 1000000,\n"
+            "                   0 skips the memory phase)\n"
+            "  --bucket-ms W    DONE time-bucket width (default: the retention, 7 days);\n"
+            "                   claim probes retention / W + 1 buckets\n"
+            "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
+            "50000; 0 skips it)\n"
+            "  --design LIST    designs to run, alternating: lua, naive, seed (default\n"
+            "                   lua,naive); seed = GET, SET NX PX, SET EX, DEL per message,\n"
+            "                   64 in flight\n"
+            "  --dup R          share of deliveries (lua, seed) that repeat a finished message\n"
+            "  --rounds N       run the whole table N times (default 1)\n"
+            "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
+            "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
+            "  --rate-markers M markers written per rate (default 300000)\n"
+            "  --set KEY=VALUE  any redis.*, guard.* or consumer.* key of wxguard-consumer\n"
+            "                   (docs/configuration.md), mapped as the consumer maps it; wins\n"
+            "                   over the options above. redis.key.prefix is replaced by a\n"
+            "                   prefix per run; redis.command.timeout.ms defaults to 30s here\n");
 }
 
 int wxgb_guard_main(int argc, char **argv)
@@ -706,11 +713,19 @@ int wxgb_guard_main(int argc, char **argv)
             u = strcmp(v, "0") == 0 ? 0 : u;
             o.rb_requests = u;
             i++;
+        } else if (strcmp(a, "--set") == 0 && v && o.nsets < WXGB_SETS_MAX) {
+            o.sets[o.nsets++] = v;
+            i++;
         } else {
             usage(stderr);
             return 2;
         }
     }
+    char *props = wxgb_props("redis.host = %s\nredis.port = %d\nredis.db = %d\n"
+                             "consumer.batch.max = %d\nredis.command.timeout.ms = 30s\n",
+                             o.host, o.port, o.db, o.batch);
+    o.conf = wxgb_conf_new(props, o.sets, o.nsets);
+    free(props);
     signal(SIGPIPE, SIG_IGN);
     redisContext *admin = connect_admin(&o);
     if (dbsize(admin) != 0)
@@ -718,7 +733,7 @@ int wxgb_guard_main(int argc, char **argv)
             "only runs on an empty one",
             o.db, o.host, o.port);
     if (rates) {
-        int rc = wxgb_rate_run(admin, o.host, o.port, o.db, rates, rate_markers);
+        int rc = wxgb_rate_run(admin, o.conf, rates, rate_markers);
         flushdb(admin);
         redisFree(admin);
         return rc;
@@ -822,5 +837,6 @@ int wxgb_guard_main(int argc, char **argv)
     }
     flushdb(admin);
     redisFree(admin);
+    wxg_conf_free(o.conf);
     return 0;
 }

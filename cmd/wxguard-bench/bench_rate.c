@@ -31,14 +31,12 @@ typedef struct geom {
     double bucket_mean;
 } geom;
 
-static int layout_of(const char *host, int port, int db, double rate, geom *g, char *desc,
-                     size_t dsize)
+static int layout_of(const struct wxg_conf_s *conf, double rate, geom *g, char *desc, size_t dsize)
 {
+    /* The guard as wxguard-consumer configures it from the keys, at this rate. */
     wxg_guard_conf_t c;
-    wxg_guard_conf_init(&c);
-    c.host = host;
-    c.port = port;
-    c.db = db;
+    char mapped_prefix[WXG_GUARD_PREFIX_MAX + 1];
+    wxgb_conf_guard(conf, &c, mapped_prefix, sizeof mapped_prefix);
     c.prefix = "wxgbrate:";
     c.done_expected_rate = rate;
     char err[256] = "";
@@ -160,7 +158,7 @@ static void encodings(redisContext *c, long long *listpack, long long *other)
     }
 }
 
-int wxgb_rate_run(struct redisContext *admin, const char *host, int port, int db, const char *rates,
+int wxgb_rate_run(struct redisContext *admin, const struct wxg_conf_s *conf, const char *rates,
                   uint64_t markers)
 {
     printf("## wxguard-bench guard --rate\n\n");
@@ -182,7 +180,7 @@ int wxgb_rate_run(struct redisContext *admin, const char *host, int port, int db
         p = *end == ',' ? end + 1 : end;
         geom g;
         char desc[512];
-        if (layout_of(host, port, db, rate, &g, desc, sizeof desc) != 0)
+        if (layout_of(conf, rate, &g, desc, sizeof desc) != 0)
             return 1;
         flush(admin);
         double mean = g.bucket_mean > 0 ? g.bucket_mean : 1;
