@@ -774,26 +774,18 @@ wxg_httpd_t *wxg_httpd_start(const char *listen, wxg_metrics_t *metrics, wxg_htt
     return wxg_httpd_start_opts(&o, errstr, errstr_size);
 }
 
-wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_t errstr_size)
+/* Resolves o->listen into *addr (with its port in it too) and the daemon flags it needs. 0, or
+ * -1 with errstr filled. */
+static int listen_addr(const wxg_httpd_opts_t *o, struct sockaddr_storage *addr, int *port,
+                       unsigned *flags, char *errstr, size_t errstr_size)
 {
     char host[256];
-    int port = 0;
-    struct addrinfo hints, *res = NULL;
-    struct sockaddr_storage addr;
-    wxg_httpd_t *h = NULL;
-    const char *listen = o != NULL ? o->listen : NULL;
-
-    if (o == NULL ||
-        (o->handler != NULL && (o->handler_prefix == NULL || o->handler_prefix[0] != '/'))) {
-        wxg__errf(errstr, errstr_size,
-                  "invalid options: a handler needs a path prefix starting with /");
-        return NULL;
-    }
-    if (listen == NULL || wxg_conf_parse_addr(listen, host, sizeof host, &port) != 0) {
+    if (o->listen == NULL || wxg_conf_parse_addr(o->listen, host, sizeof host, port) != 0) {
         wxg__errf(errstr, errstr_size, "invalid listen address \"%.64s\" (expected host:port)",
-                  listen != NULL ? listen : "");
-        return NULL;
+                  o->listen != NULL ? o->listen : "");
+        return -1;
     }
+    struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -801,25 +793,31 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
     int gai = getaddrinfo(host, NULL, &hints, &res);
     if (gai != 0 || res == NULL) {
         wxg__errf(errstr, errstr_size, "cannot resolve %s: %s", host, gai_strerror(gai));
-        goto fail;
+        if (res != NULL)
+            freeaddrinfo(res);
+        return -1;
     }
-    memset(&addr, 0, sizeof addr);
-    memcpy(&addr, res->ai_addr, res->ai_addrlen);
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    memset(addr, 0, sizeof *addr);
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    *flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (o->handler != NULL)
-        flags |= MHD_USE_THREAD_PER_CONNECTION;
-    if (addr.ss_family == AF_INET6) {
-        ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
-        flags |= MHD_USE_IPv6;
+        *flags |= MHD_USE_THREAD_PER_CONNECTION;
+    if (addr->ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)*port);
+        *flags |= MHD_USE_IPv6;
     } else {
-        ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port);
+        ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)*port);
     }
+    return 0;
+}
 
-    h = calloc(1, sizeof *h);
-    if (h == NULL) {
-        wxg__errf(errstr, errstr_size, "out of memory");
-        goto fail;
-    }
+/* A handle with the options' settings and its lock; NULL when out of memory. */
+static wxg_httpd_t *httpd_alloc(const wxg_httpd_opts_t *o)
+{
+    wxg_httpd_t *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return NULL;
     h->metrics = o->metrics;
     h->ready = o->ready;
     h->ready_opaque = o->ready_opaque;
@@ -832,33 +830,63 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
     atomic_init(&h->log_lines, 0);
     atomic_init(&h->log_dropped, 0);
     if (lock_init(h) != 0) {
-        wxg__errf(errstr, errstr_size, "out of memory");
         free(h);
-        h = NULL;
-        goto fail;
+        return NULL;
     }
-    unsigned conns = o->max_connections;
-    unsigned timeout_s = o->conn_timeout_s;
+    return h;
+}
+
+/* The connection limit and timeout, defaults filled in, and the request deadline: an
+ * application server (one with a handler) scales them with max_inflight and registers its
+ * counters; the operations server keeps small ones. 0, or WXG_ENOMEM. */
+static int serve_limits(wxg_httpd_t *h, const wxg_httpd_opts_t *o, unsigned *conns,
+                        unsigned *timeout_s)
+{
+    *conns = o->max_connections;
+    *timeout_s = o->conn_timeout_s;
     if (h->handler != NULL) {
         h->prefix = strdup(o->handler_prefix);
-        if (h->prefix == NULL) {
-            wxg__errf(errstr, errstr_size, "out of memory");
-            goto fail;
-        }
+        if (h->prefix == NULL)
+            return WXG_ENOMEM;
         h->prefix_len = strlen(h->prefix);
-        if (conns == 0)
-            conns = 2 * h->max_inflight + 16;
-        if (timeout_s == 0)
-            timeout_s = DEFAULT_APP_TIMEOUT_S;
+        if (*conns == 0)
+            *conns = 2 * h->max_inflight + 16;
+        if (*timeout_s == 0)
+            *timeout_s = DEFAULT_APP_TIMEOUT_S;
         register_counters(h);
     } else {
-        if (conns == 0)
-            conns = CONN_LIMIT;
-        if (timeout_s == 0)
-            timeout_s = CONN_TIMEOUT_S;
+        if (*conns == 0)
+            *conns = CONN_LIMIT;
+        if (*timeout_s == 0)
+            *timeout_s = CONN_TIMEOUT_S;
     }
     h->deadline_ms =
-        o->request_timeout_ms ? (int64_t)o->request_timeout_ms : (int64_t)timeout_s * 1000;
+        o->request_timeout_ms ? (int64_t)o->request_timeout_ms : (int64_t)*timeout_s * 1000;
+    return 0;
+}
+
+wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_t errstr_size)
+{
+    if (o == NULL ||
+        (o->handler != NULL && (o->handler_prefix == NULL || o->handler_prefix[0] != '/'))) {
+        wxg__errf(errstr, errstr_size,
+                  "invalid options: a handler needs a path prefix starting with /");
+        return NULL;
+    }
+    struct sockaddr_storage addr;
+    int port = 0;
+    unsigned flags = 0, conns = 0, timeout_s = 0;
+    if (listen_addr(o, &addr, &port, &flags, errstr, errstr_size) != 0)
+        return NULL;
+    wxg_httpd_t *h = httpd_alloc(o);
+    if (h == NULL) {
+        wxg__errf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    if (serve_limits(h, o, &conns, &timeout_s) != 0) {
+        wxg__errf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
     h->starter = pthread_self();
     atomic_store(&h->starting, 1);
     /* With MHD_OPTION_SOCK_ADDR the port comes from `addr`; port 0 there lets the kernel pick. */
@@ -868,7 +896,7 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
         MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_NOTIFY_COMPLETED, completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
-        wxg__errf(errstr, errstr_size, "cannot listen on %s: %s", listen,
+        wxg__errf(errstr, errstr_size, "cannot listen on %s: %s", o->listen,
                   h->start_err[0] ? h->start_err : "address in use or not available");
         goto fail;
     }
@@ -880,18 +908,13 @@ wxg_httpd_t *wxg_httpd_start_opts(const wxg_httpd_opts_t *o, char *errstr, size_
     h->watching = 1;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info != NULL ? (int)info->port : port;
-    freeaddrinfo(res);
     return h;
 fail:
-    if (res != NULL)
-        freeaddrinfo(res);
-    if (h != NULL && h->daemon != NULL)
+    if (h->daemon != NULL)
         MHD_stop_daemon(h->daemon);
-    if (h != NULL) {
-        free(h->prefix);
-        pthread_cond_destroy(&h->wake);
-        pthread_mutex_destroy(&h->conns_lock);
-    }
+    free(h->prefix);
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->conns_lock);
     free(h);
     return NULL;
 }
