@@ -2,9 +2,9 @@
  * DESIGN: configuration keys to the guard's and the consumer's configuration.
  *
  * Purpose: the one place where redis.*, guard.* and consumer.* keys become a wxg_guard_conf_t
- * and a wxg_consumer_conf_t. Every program that opens the guard (wxguard-consumer, wxguardctl)
- * calls wxg_conf_guard(), so that all of them reach the same Redis, write under the same
- * prefix, wait for the same replicas and compute the same compact DONE layout; a program that
+ * and a wxg_consumer_conf_t. Every program that opens the guard (wxguard-consumer, wxguardctl,
+ * wxguard-bench) calls wxg_conf_guard(), so that all of them reach the same Redis, write under the
+ * same prefix, wait for the same replicas and compute the same compact DONE layout; a program that
  * built its own copy would drift (a missing key there is a silent default). tests/unit/test_conf.c
  * sets every redis.*, guard.* and consumer.* key of the table and checks that each one changes
  * what these functions fill, so a key added to the table without a mapping fails a test.

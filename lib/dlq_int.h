@@ -1,5 +1,6 @@
 /*
- * Internals of the producer module shared with its unit tests.
+ * Internals of the producer module (lib/dlq.c) shared with its unit tests. Pure (compares `name`,
+ * borrowed for the call, with fixed property names), any thread.
  */
 #ifndef WXG_DLQ_INT_H
 #define WXG_DLQ_INT_H

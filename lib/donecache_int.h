@@ -4,7 +4,7 @@
  * delivery of one of them is answered DUPLICATE without a Redis call (docs/guard.md §10). The
  * consumer makes it and the guard's Lua design reads and fills it; no program uses it, so it is
  * not public. Its type keeps the public name wxg_donecache_t because the guard's public
- * configuration carries it as an opaque pointer (include/wxguard/guard.h declares it).
+ * configuration carries it as an opaque pointer.
  *
  * Entries are keyed by a 16-byte fingerprint (the guard passes the first 16 bytes of the SHA-256
  * of the idempotency key, mixed with the identity of its Redis prefix) and hold the 16-bit
@@ -32,7 +32,10 @@
 #include <stdint.h>
 
 #include "wxguard/err.h"
-#include "wxguard/guard.h"
+
+/* The same declaration as in include/wxguard/guard.h (C11 allows the repeat), so that this
+ * module does not include the guard's header while the guard includes this one. */
+typedef struct wxg_donecache_s wxg_donecache_t;
 
 /* Bytes of the fingerprint an entry is keyed by. */
 #define WXG__DONECACHE_FP_LEN 16
