@@ -220,17 +220,16 @@ static int client_name_valid(const char *name)
 static int conf_check_tls(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_size)
 {
     if (conf->client_name && !client_name_valid(conf->client_name)) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "client name must be at most 64 printable bytes without spaces");
+        wxg__errf(errstr, errstr_size,
+                  "client name must be at most 64 printable bytes without spaces");
         return WXG_ECONFIG;
     }
     if ((conf->tls || conf->sentinel_tls) && conf->tls_key_file && !conf->tls_cert_file) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "a TLS client key needs its certificate (tls_cert_file)");
+        wxg__errf(errstr, errstr_size, "a TLS client key needs its certificate (tls_cert_file)");
         return WXG_ECONFIG;
     }
     if (conf->tls && conf->unix_path && !conf->sentinels) {
-        wxg__guard_errf(errstr, errstr_size, "TLS over a Unix socket is not supported");
+        wxg__errf(errstr, errstr_size, "TLS over a Unix socket is not supported");
         return WXG_ECONFIG;
     }
     return 0;

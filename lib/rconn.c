@@ -82,18 +82,8 @@ struct wxg__rconn {
     int fresh, client_cert;
 };
 
-static void errf(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void errf(char *buf, size_t size, const char *fmt, ...)
-{
-    if (!buf || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
+/* errstr is filled the one way every module fills it (lib/err_int.h). */
+#define errf wxg__errf
 
 /* ---------------------------------------------------------------------------------------------
  * The socket BIO: OpenSSL's own socket BIO writes with write(), which raises SIGPIPE on a
