@@ -210,6 +210,11 @@ static const wxg_conf_keydef_t keys[] = {
      .check = check_key_prefix},
 
     /* The idempotency guard. */
+    KENUM("guard.design", "native", "native|lua", C_ | T_,
+          "How the guard talks to Redis: native runs the common transitions (a new message's "
+          "claim, a duplicate's, a completion, a plugin's sub-marker) as native commands and the "
+          "rare ones as Lua scripts; lua runs every transition as a script. Both keep the same "
+          "state, so replicas of either design may share a prefix (docs/guard.md §4)."),
     KDUR("guard.lease.ms", "30s", 100, 1 * HOUR, C_ | T_,
          "How long a claim stays owned without renewal; a crashed replica's messages are taken "
          "over after it."),

@@ -100,6 +100,9 @@ int wxg_conf_guard(const wxg_conf_t *conf, wxg_guard_conf_t *out, char *prefix, 
 
     /* The state machine's durations; the DONE retention also decides the compact layout, which
      * every program must compute alike or the guard refuses the stamp in Redis. */
+    const char *design = wxg_conf_get(conf, "guard.design");
+    gc.design =
+        design && strcmp(design, "lua") == 0 ? WXG_GUARD_DESIGN_LUA : WXG_GUARD_DESIGN_NATIVE;
     gc.lease_ms = wxg_conf_int(conf, "guard.lease.ms");
     gc.done_retention_ms = wxg_conf_int(conf, "guard.done.retention");
     gc.failed_retention_ms = wxg_conf_int(conf, "guard.failed.retention");

@@ -8,8 +8,11 @@
  * error), the argument checks of every public call, and the dispatch through the handle's
  * operations table (guard_int.h). The designs behind the table:
  *
- *   - the Lua design (lib/guard_lua.c), the real one: every transition one Lua script handling
- *     a batch of messages, compact DONE markers, the near cache;
+ *   - the native design (lib/guard_native.c, the default): the common transitions as native
+ *     commands on layout v4, pipelined per batch, the rare ones as Lua scripts;
+ *   - the Lua design (lib/guard_lua.c, conf.design = WXG_GUARD_DESIGN_LUA): every transition
+ *     one Lua script handling a batch of messages, on the same layout; the native design's
+ *     rare paths are its scripts;
  *   - the naive design (lib/guard_naive.c, conf.naive, benchmark only): one plain command per
  *     message and step, so that benchmarks can run the real consumer on the design the Lua one
  *     replaces;
@@ -263,6 +266,10 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         wxg__errf(errstr, errstr_size, "empty Redis password (leave it unset for no AUTH)");
         return WXG_ECONFIG;
     }
+    if (conf->design != WXG_GUARD_DESIGN_NATIVE && conf->design != WXG_GUARD_DESIGN_LUA) {
+        wxg__guard_errf(errstr, errstr_size, "unknown guard design %d", conf->design);
+        return WXG_ECONFIG;
+    }
     return conf_check_tls(conf, errstr, errstr_size);
 }
 
@@ -276,7 +283,9 @@ wxg_guard_t *wxg_guard_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
     }
     if (conf->naive)
         return wxg__guard_naive_new(conf, err, errstr, errstr_size);
-    return wxg__guard_lua_new(conf, err, errstr, errstr_size);
+    if (conf->design == WXG_GUARD_DESIGN_LUA)
+        return wxg__guard_lua_new(conf, err, errstr, errstr_size);
+    return wxg__guard_native_new(conf, err, errstr, errstr_size);
 }
 
 void wxg_guard_destroy(wxg_guard_t *g)

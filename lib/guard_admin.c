@@ -215,14 +215,42 @@ static wxg_guard_state_t record_state(char st)
  * inspect, release, rearm, purge
  */
 
-/* One-message admin batches (inspect, release, rearm, purge) share the batch runner. */
+/* One-message admin batches (inspect, release, rearm, purge) share the batch runner: the
+ * message's names, its time window (its keys declared, lib/lua/_record.lua), then the script's
+ * own header arguments and its per-message arguments, run with a rebuild after WXGSKEW. */
 static int admin_batch(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int script, const char *key,
-                       size_t key_len)
+                       size_t key_len, const long long *hdr, int nhdr, int writes)
 {
-    int rc = wxg__guard_batch_init(b, script, 1, 0);
+    int rc = 0;
+    for (int round = 0; round < 2; round++) {
+        rc = wxg__guard_batch_init(b, script, 1, 2);
+        if (rc)
+            return rc;
+        wxg__guard_item_t *it = &b->items[0];
+        rc = wxg__guard_item_keys(rg, it, key, key_len, NULL);
+        if (rc == 0)
+            rc = wxg__guard_batch_window(rg, b);
+        for (int h = 0; h < nhdr && rc == 0; h++)
+            wxg__guard_batch_hdr_num(b, hdr[h]);
+        it->arg[0] = (const char *)it->k.field;
+        it->len[0] = it->k.field_len;
+        it->arg[1] = key;
+        it->len[1] = key_len;
+        if (rc == 0)
+            rc = wxg__guard_batch_build(rg, b);
+        if (rc == 0)
+            rc = wxg__guard_batch_run(rg, b, writes, 0);
+        if (rc != WXG__GUARD_SKEW)
+            break;
+        wxg__guard_batch_free(b);
+    }
+    if (rc == WXG__GUARD_SKEW) {
+        rc = WXG_EREDIS;
+        wxg__guard_set_error(rg->handle, "the server's clock moved twice under one call");
+    }
     if (rc)
-        return rc;
-    return wxg__guard_item_keys(rg, &b->items[0], key, key_len, NULL);
+        wxg__guard_batch_free(b);
+    return rc;
 }
 
 /* Whether `r` is inspect.lua's answer {now, fields, pttl, bucket, marker, bucket pttl}. */
@@ -276,57 +304,35 @@ int wxg__guard_admin_inspect(wxg_guard_t *g, const char *key, size_t key_len,
 {
     wxg__guard_redis_t *rg = wxg__guard_impl(g);
     wxg__guard_batch_t b;
-    int rc = admin_batch(rg, &b, WXG__S_INSPECT, key, key_len);
+    /* inspect.lua reads the field; the key is sent too, unused. */
+    int rc = admin_batch(rg, &b, WXG__S_INSPECT, key, key_len, NULL, 0, 0);
     if (rc)
-        goto out;
-    wxg__guard_item_t *it = &b.items[0];
-    wxg__guard_batch_hdr_num(&b, rg->geom.retention_ms);
-    wxg__guard_batch_hdr_num(&b, rg->geom.bucket_ms);
-    b.hdr[b.nhdr] = it->k.stem;
-    b.hdrlen[b.nhdr++] = it->k.stem_len;
-    b.hdr[b.nhdr] = (const char *)it->k.field;
-    b.hdrlen[b.nhdr++] = it->k.field_len;
-    rc = wxg__guard_batch_build(rg, &b);
-    if (rc)
-        goto out;
-    rc = wxg__guard_batch_run(rg, &b, 0, 0);
-    if (rc)
-        goto out;
+        return rc;
     if (!inspect_reply_ok(b.chunks[0].reply)) {
         rc = WXG_EREDIS;
         wxg__guard_set_error(g, "unexpected inspect reply");
-        goto out;
+    } else {
+        rc = inspect_record(b.chunks[0].reply, &b.items[0].k, payload_hash, out);
     }
-    rc = inspect_record(b.chunks[0].reply, &it->k, payload_hash, out);
-out:
     wxg__guard_batch_free(&b);
     return rc;
 }
 
-/* Runs a one-message admin script whose arguments are the record and `hdr` (hdr < 0: none)
- * and returns its integer reply. */
+/* Runs a one-message admin script with the header arguments hdr[0..nhdr) and returns its
+ * integer reply. */
 static int admin_int(wxg__guard_redis_t *rg, int script, const char *key, size_t key_len,
-                     long long hdr, long long *v)
+                     const long long *hdr, int nhdr, long long *v)
 {
     wxg__guard_batch_t b;
-    int rc = admin_batch(rg, &b, script, key, key_len);
+    int rc = admin_batch(rg, &b, script, key, key_len, hdr, nhdr, 1);
     if (rc)
-        goto out;
-    if (hdr >= 0)
-        wxg__guard_batch_hdr_num(&b, hdr);
-    rc = wxg__guard_batch_build(rg, &b);
-    if (rc)
-        goto out;
-    rc = wxg__guard_batch_run(rg, &b, 1, 0);
-    if (rc)
-        goto out;
+        return rc;
     if (b.chunks[0].reply->type != REDIS_REPLY_INTEGER) {
         rc = WXG_EREDIS;
         wxg__guard_set_error(rg->handle, "unexpected admin reply");
-        goto out;
+    } else {
+        *v = b.chunks[0].reply->integer;
     }
-    *v = b.chunks[0].reply->integer;
-out:
     wxg__guard_batch_free(&b);
     return rc;
 }
@@ -334,8 +340,8 @@ out:
 int wxg__guard_admin_release(wxg_guard_t *g, const char *key, size_t key_len, int *released)
 {
     wxg__guard_redis_t *rg = wxg__guard_impl(g);
-    long long v = 0;
-    int rc = admin_int(rg, WXG__S_RELEASE, key, key_len, rg->conf.failed_retention_ms, &v);
+    long long v = 0, hdr[1] = {rg->conf.failed_retention_ms};
+    int rc = admin_int(rg, WXG__S_RELEASE, key, key_len, hdr, 1, &v);
     if (rc == 0)
         *released = v == 1;
     return rc;
@@ -344,7 +350,7 @@ int wxg__guard_admin_release(wxg_guard_t *g, const char *key, size_t key_len, in
 int wxg__guard_admin_rearm(wxg_guard_t *g, const char *key, size_t key_len, int *rearmed)
 {
     long long v = 0;
-    int rc = admin_int(wxg__guard_impl(g), WXG__S_REARM, key, key_len, -1, &v);
+    int rc = admin_int(wxg__guard_impl(g), WXG__S_REARM, key, key_len, NULL, 0, &v);
     if (rc == 0)
         *rearmed = v == 1;
     return rc;
@@ -353,7 +359,7 @@ int wxg__guard_admin_rearm(wxg_guard_t *g, const char *key, size_t key_len, int 
 int wxg__guard_admin_purge(wxg_guard_t *g, const char *key, size_t key_len, int *purged)
 {
     long long v = 0;
-    int rc = admin_int(wxg__guard_impl(g), WXG__S_PURGE, key, key_len, -1, &v);
+    int rc = admin_int(wxg__guard_impl(g), WXG__S_PURGE, key, key_len, NULL, 0, &v);
     if (rc == 0)
         *purged = v == 1;
     return rc;
@@ -484,6 +490,12 @@ static int scan_items(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const redis
         memcpy(it->k.record, nm->str, nm->len);
         it->k.record[nm->len] = '\0';
         it->k.record_len = nm->len;
+        /* Its sub-marker hash: the same name with ':p:' for ':r:' (lib/guard_layout.c). */
+        memcpy(it->k.plugins, it->k.record, nm->len + 1);
+        it->k.plugins_len = nm->len;
+        char *r = strstr(it->k.plugins + plen, "}:r:");
+        if (r)
+            r[2] = 'p';
         if (nm->len > plen + 2 && memcmp(nm->str + plen, "{s", 2) == 0)
             it->k.shard = (unsigned)strtoul(it->k.record + plen + 2, NULL, 16);
     }

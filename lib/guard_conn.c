@@ -25,6 +25,8 @@
  */
 #include "guard_conn_int.h"
 
+#include "clock_int.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +299,43 @@ static int check_role(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
     return rc;
 }
 
+/* Samples the server's clock: TIME, sent after the monotonic time is read. */
+static int clock_sample(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    const char *argv[1] = {"TIME"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    int64_t mono = wxg__mono_us();
+    int rc = wxg__guard_conn_command(rg, 1, argv, lens, &r, errstr, errstr_size);
+    if (rc)
+        return rc;
+    long long s = 0, us = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
+        s = strtoll(r->element[0]->str, NULL, 10);
+        us = strtoll(r->element[1]->str, NULL, 10);
+    }
+    if (s <= 0 || us < 0 || us >= 1000000) {
+        rc = r->type == REDIS_REPLY_ERROR ? wxg__guard_refusal_code(r) : WXG_EREDIS;
+        wxg__guard_errf(errstr, errstr_size, "TIME: unexpected reply");
+    } else {
+        rg->clock_srv_us = (int64_t)s * 1000000 + us;
+        rg->clock_mono_us = mono;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int wxg__guard_clock_sample(wxg__guard_redis_t *rg)
+{
+    return clock_sample(rg, rg->last_error, rg->last_error_size);
+}
+
+int64_t wxg__guard_clock_us(const wxg__guard_redis_t *rg)
+{
+    return rg->clock_srv_us + (wxg__mono_us() - rg->clock_mono_us);
+}
+
 /* Opens the connection (TCP or Unix, TLS when configured) to `host`:`port` or the Unix path,
  * then AUTH, SELECT and CLIENT SETNAME in one round trip. */
 static int open_conn(wxg__guard_redis_t *rg, const char *host, int port, char *errstr,
@@ -340,6 +379,8 @@ static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_siz
         rc = wxg__guard_conn_load_scripts(rg, errstr, errstr_size);
     if (rc == 0)
         rc = check_stamp(rg, errstr, errstr_size);
+    if (rc == 0)
+        rc = clock_sample(rg, errstr, errstr_size);
     if (rc) {
         wxg__guard_conn_drop(rg);
         return rc;
@@ -360,10 +401,13 @@ int wxg__guard_conn_ensure(wxg__guard_redis_t *rg)
     }
     if (rg->conn) {
         /* Refresh the layout stamp now and then so that it outlives every marker. */
+        int rc = 0;
+        if ((wxg__mono_us() - rg->clock_mono_us) / 1000 >= WXG__CLOCK_RESAMPLE_MS)
+            rc = clock_sample(rg, rg->last_error, rg->last_error_size);
         int64_t every = rg->geom.bucket_ms < 3600000 ? rg->geom.bucket_ms : 3600000;
-        if (now - rg->stamp_checked_ms < every)
-            return 0;
-        return check_stamp(rg, rg->last_error, rg->last_error_size);
+        if (rc == 0 && now - rg->stamp_checked_ms >= every)
+            rc = check_stamp(rg, rg->last_error, rg->last_error_size);
+        return rc;
     }
     int64_t wait = wxg__rbackoff_wait(&rg->backoff, now);
     if (wait > 0) {
@@ -568,6 +612,23 @@ out:
     if (err)
         *err = rc;
     return g;
+}
+
+wxg_guard_t *wxg__guard_redis_new(const wxg_guard_conf_t *conf, const wxg__guard_ops_t *ops,
+                                  int *err, char *errstr, size_t errstr_size)
+{
+    wxg__guard_redis_t *rg = NULL;
+    int rc = wxg__guard_redis_init(conf, &rg, errstr, errstr_size);
+    if (rc == 0 && (rc = wxg__guard_near_ns(rg)) != 0) {
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__guard_redis_free(rg);
+    }
+    if (rc) {
+        if (err)
+            *err = rc;
+        return NULL;
+    }
+    return wxg__guard_redis_attach(rg, ops, err, errstr, errstr_size);
 }
 
 void wxg__guard_redis_free(wxg__guard_redis_t *rg)

@@ -33,8 +33,11 @@
 #define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
 /* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
  * in-flight record is one string (lib/guard_record.def) instead of a hash. v3: that string also
- * carries the idempotency key and the rearm time (for the admin tool). */
-#define WXG__LAYOUT_VERSION "v3"
+ * carries the idempotency key and the rearm time (for the admin tool). v4: a message's state
+ * is its field in the DONE bucket of its claim (an in-flight value, a pointer to its record, or
+ * its DONE marker), so that the common transitions are native commands on one hash; records
+ * only after a takeover, a failure or a release; sub-markers in a hash of their own. */
+#define WXG__LAYOUT_VERSION "v4"
 /* Default time-bucket width = retention / this: claim probes this + 1 buckets, and a marker lives
  * between the retention and retention * (1 + 1 / this). Chosen by measurement: docs/guard.md. */
 #define WXG__BUCKETS_PER_RETENTION 1
@@ -74,6 +77,8 @@ typedef struct wxg__guard_keys {
     uint64_t sub; /* sub-bucket index within the shard */
     char record[WXG__KEY_MAX];
     size_t record_len;
+    char plugins[WXG__KEY_MAX]; /* the sub-marker hash */
+    size_t plugins_len;
     char stem[WXG__KEY_MAX]; /* DONE bucket name without the time-bucket index */
     size_t stem_len;
     unsigned char field[WXG__FIELD_BYTES_MAX];
@@ -82,11 +87,18 @@ typedef struct wxg__guard_keys {
 
 /* Builds the names from the prefix and the fingerprint:
  *   record  <prefix>{s<shard hex>}:r:<first 16 fingerprint bytes in hex>
+ *   plugins <prefix>{s<shard hex>}:p:<the same hex>
  *   bucket  <prefix>{s<shard hex>}:d:<sub>:<time bucket>   (stem = all but the time bucket)
  * The shard is written in fixed-width hex (one digit per 4 shard bits).
  * Returns 0 or WXG_EINVAL (prefix too long). */
 int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
                           const unsigned char fp[32], wxg__guard_keys_t *out);
+
+/* The owner token of an in-flight value with this fence: the first WXG_GUARD_OWNER_LEN hex digits
+ * of the SHA-1 of the fence in decimal (lib/lua/_record.lua's inf_owner_of), so that the value,
+ * which keeps only WXG__REC_OWNER_DIGITS digits of it, names its owner to any reader.
+ * 0 or WXG_ENOMEM. */
+int wxg__guard_inflight_owner(uint64_t fence, char out[WXG_GUARD_OWNER_LEN + 1]);
 
 /* wxg__guard_payload_tag (guard_int.h) is a marker's value: Redis keeps it as a 2-byte integer
  * in the bucket's listpack. */
@@ -108,14 +120,6 @@ enum wxg__guard_rec_part {
 #define WXG__REC_PART(name, admin) WXG__P_##name,
 #include "guard_record.def"
     WXG__P_COUNT
-};
-
-/* The length bytes at the start of a packed claim or complete argument, 0-based (Lua's L_* are
- * these + 1). A claim's argument has WXG__L_COUNT of them, a complete's the first three. */
-enum wxg__guard_arg_len {
-#define WXG__ARG_LEN(name) WXG__L_##name,
-#include "guard_record.def"
-    WXG__L_COUNT
 };
 
 /* The numbers both sides use, as WXG__REC_<name>. */
@@ -189,6 +193,12 @@ typedef struct wxg__guard_redis {
     char sha[WXG__S_COUNT][41];
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
+    /* A design's own state beside this one (the native design's), freed by its destroy. */
+    void *design_state;
+    /* The server's clock, sampled with TIME (wxg__guard_clock_sample): its time in µs, and this
+     * machine's monotonic µs just before the TIME was sent. An estimate from them is never
+     * behind the server's clock by more than the drift since the sample. */
+    int64_t clock_srv_us, clock_mono_us;
     /* Mixed into the near cache's fingerprints: this Redis server, database and prefix. */
     unsigned char cache_ns[WXG__DONECACHE_FP_LEN];
 } wxg__guard_redis_t;
@@ -239,6 +249,20 @@ typedef struct wxg__guard_cmd {
 int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
                              int extra_ms, redisReply **replies, size_t *got);
 
+/* Samples the server's clock with TIME on the live connection. 0 or an error code. */
+int wxg__guard_clock_sample(wxg__guard_redis_t *rg);
+
+/* The server's time now as the last sample gives it, in µs: the server's time at the sample
+ * plus this machine's monotonic time since the TIME was sent, so never earlier than the server's
+ * clock (clock rates being equal). */
+int64_t wxg__guard_clock_us(const wxg__guard_redis_t *rg);
+
+/* How far the estimate may be from the server's clock, in ms: the margin a time window keeps
+ * and a native step's distance from a bucket boundary. */
+#define WXG__CLOCK_MARGIN_MS 2000
+/* A sample older than this is taken again before the next call. */
+#define WXG__CLOCK_RESAMPLE_MS 60000
+
 /* (Re)loads every script into the server's script cache. 0 or an error code with errstr. */
 int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size);
 
@@ -257,9 +281,12 @@ void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
 /* ---- Pipelined script calls (lib/guard_lua.c) ----
  *
  * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
- * chunks of an API call pipelined in one round trip. */
+ * chunks of an API call pipelined in one round trip. A transition or one-message admin script
+ * declares every key of every message (lib/lua/_record.lua): the NB DONE buckets of its time
+ * window, newest first, then the record and the sub-marker hash; its first four arguments are
+ * NB, TB_HI, the bucket width and the retention (wxg__guard_batch_window). */
 
-#define WXG__ITEM_ARGS 5
+#define WXG__ITEM_ARGS 6
 
 /* One message of a batch. */
 typedef struct wxg__guard_item {
@@ -267,12 +294,11 @@ typedef struct wxg__guard_item {
     unsigned char fp[32]; /* SHA-256 of the idempotency key */
     const char *arg[WXG__ITEM_ARGS];
     size_t len[WXG__ITEM_ARGS];
-    const char *blob; /* packed batches: the message's one script argument (batch.blobs) */
-    size_t blob_len;
     char owner[WXG_GUARD_OWNER_LEN + 1];
-    char pfx[64];   /* ownership prefix 'P|owner|fence|' of the record */
+    char who[WXG_GUARD_OWNER_LEN + 24]; /* 'owner|fence' of a ticket */
+    char fence[24];
     char tag[8];    /* payload tag */
-    char extra[12]; /* fail: attempt count */
+    char extra[24]; /* fail: attempt count */
 } wxg__guard_item_t;
 
 /* One script call of a batch. */
@@ -287,24 +313,34 @@ typedef struct wxg__guard_chunk {
 
 typedef struct wxg__guard_batch {
     int script;
-    int packed; /* one argument per message (item.blob) and one declared key per chunk */
-    char *blobs;
     size_t n;
     wxg__guard_item_t *items;
     size_t *order;
     size_t nchunks;
     wxg__guard_chunk_t *chunks;
-    const char *hdr[4];
-    size_t hdrlen[4];
+    const char *hdr[8];
+    size_t hdrlen[8];
     int nhdr;
     int nargs;
-    char hdrbuf[4][24];
+    char hdrbuf[8][24];
+    /* The time window (wxg__guard_batch_window): nb buckets from tb_hi down; every message
+     * declares its KPM = nb + 2 keys. 0: the items declare their record and sub-marker hash
+     * only (peek). */
+    int nb;
+    int64_t tb_hi;
+    char *names; /* the bucket names, WXG__KEY_MAX bytes each, message i's j-th at i * nb + j */
 } wxg__guard_batch_t;
 
-/* A batch of n messages for `script`, nargs arguments per message (0 when packed or when the
- * script takes only the record). 0 or WXG_ENOMEM. Free with wxg__guard_batch_free. */
+/* A batch of n messages for `script`, nargs arguments per message. 0 or WXG_ENOMEM. Free with
+ * wxg__guard_batch_free. */
 int wxg__guard_batch_init(wxg__guard_batch_t *b, int script, size_t n, int nargs);
 void wxg__guard_batch_free(wxg__guard_batch_t *b);
+
+/* Sets the batch's time window from the handle's estimate of the server's clock (with a margin
+ * either side, so that the buckets live at the server's time are among them) and appends its
+ * four header arguments: NB, TB_HI, width, retention. Call it first, after the items' names
+ * are computed and before any other header argument. 0 or WXG_ENOMEM. */
+int wxg__guard_batch_window(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b);
 
 /* Appends a numeric argument sent once per script call, before the per-message ones. */
 void wxg__guard_batch_hdr_num(wxg__guard_batch_t *b, long long v);
@@ -314,18 +350,69 @@ void wxg__guard_batch_hdr_num(wxg__guard_batch_t *b, long long v);
 int wxg__guard_item_keys(const wxg__guard_redis_t *rg, wxg__guard_item_t *it, const char *key,
                          size_t key_len, const unsigned char *fp);
 
+/* Fills it->who with 'owner|fence' of a ticket (and it->fence). 0 or WXG_EINVAL. */
+int wxg__guard_item_who(wxg__guard_item_t *it, const wxg_guard_ticket_t *t);
+
 /* Splits the filled items into chunks and builds each chunk's argv. 0 or WXG_ENOMEM. */
 int wxg__guard_batch_build(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b);
+
+/* What a script answers when the batch's time window does not cover the server's clock (the
+ * estimate drifted or the server's clock moved): sample the clock again and rebuild. Positive,
+ * so that it never passes for a WXG_E* code. */
+#define WXG__GUARD_SKEW 1
 
 /* Runs a built batch: connects when needed, sends every chunk in one pipeline (plus WAIT for
  * writes when configured), reloads the scripts and re-sends once after NOSCRIPT. per_message:
  * each reply must be an array with one element per message. On success every chunk has a
- * non-error reply; a failure is counted and the last error set. */
+ * non-error reply; a failure is counted and the last error set. WXG__GUARD_SKEW (after the
+ * clock was sampled again) when a script refused the window. */
 int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writes,
                          int per_message);
 
 /* The reply element of the j-th message of chunk c. */
 const redisReply *wxg__guard_batch_elem(const wxg__guard_batch_t *b, size_t c, size_t j);
+
+/* ---- Script transitions (lib/guard_lua.c) ----
+ *
+ * Every transition as a script call per chunk, for the Lua design and for the native design's
+ * rare paths. Arguments are checked as wxg__guard_ops_t says; results and counting as the
+ * operations table's. */
+
+/* Claims the messages by script. fps: the keys' fingerprints (NULL: hashed here); owners: the
+ * owner token of each message (NULL: fresh random tokens); mine: for each message the in-flight
+ * value a native claim already wrote with that owner, or NULL (the whole array may be NULL).
+ * On failure out[] is cleared. */
+int wxg__guard_script_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                            wxg_guard_claim_t *out, const unsigned char (*fps)[32],
+                            const char (*owners)[WXG_GUARD_OWNER_LEN + 1], const char *const *mine);
+/* fps (may be NULL) receives each ticket's key fingerprint, for the near cache. */
+int wxg__guard_script_complete(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                               int *results, unsigned char (*fps)[32]);
+int wxg__guard_script_renew(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                            int *results);
+int wxg__guard_script_plugin_done(wxg__guard_redis_t *rg, const wxg_guard_plugin_done_t *items,
+                                  size_t n, int *results);
+int wxg__guard_script_fail(wxg__guard_redis_t *rg, const wxg_guard_failure_t *items, size_t n,
+                           int *results);
+
+/* ---- The near cache in front of claim and behind complete (lib/guard_lua.c) ---- */
+
+/* A design's Redis path of a claim: fps holds the keys' fingerprints when the near cache
+ * computed them, else NULL; on failure out[] is cleared. */
+typedef int (*wxg__guard_claim_fn)(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                                   wxg_guard_claim_t *out, const unsigned char (*fps)[32]);
+
+/* Sets the handle's cache namespace (server, database, prefix). 0 or an error code. */
+int wxg__guard_near_ns(wxg__guard_redis_t *rg);
+
+/* Answers from the cache what it knows and sends only the rest through claim_redis. */
+int wxg__guard_near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                          wxg_guard_claim_t *out, wxg__guard_claim_fn claim_redis);
+
+/* Remembers the messages whose DONE marker a complete sent at monotonic sent_ms wrote (result
+ * OK). fps: their key fingerprints. */
+void wxg__guard_near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                              const int *results, const unsigned char (*fps)[32], int64_t sent_ms);
 
 /* Parses one message's element of a claim reply into `out` (outcome, fence, attempt, finished
  * plugins). The ticket's key and owner are not touched. Returns 0, WXG_EREDIS (malformed) or
@@ -353,17 +440,26 @@ int wxg__guard_admin_describe_layout(const wxg_guard_t *g, char *buf, size_t siz
 /* The ops->destroy of both Redis designs: frees the wxg__guard_redis_t. */
 void wxg__guard_redis_destroy(wxg_guard_t *g);
 
-/* The entries both Redis designs' operations tables share, for their initialisers. */
-#define WXG__GUARD_REDIS_OPS                                                  \
+/* The entries the Redis designs' operations tables share, for their initialisers: the admin
+ * operations, and with them the destroy of a design that keeps no state of its own. */
+#define WXG__GUARD_REDIS_ADMIN_OPS                                            \
     .inspect = wxg__guard_admin_inspect, .release = wxg__guard_admin_release, \
     .rearm = wxg__guard_admin_rearm, .purge = wxg__guard_admin_purge,         \
     .scan = wxg__guard_admin_scan, .ping = wxg__guard_admin_ping,             \
-    .describe_layout = wxg__guard_admin_describe_layout, .destroy = wxg__guard_redis_destroy
+    .describe_layout = wxg__guard_admin_describe_layout
+#define WXG__GUARD_REDIS_OPS WXG__GUARD_REDIS_ADMIN_OPS, .destroy = wxg__guard_redis_destroy
 
 /* ---- The designs' constructors (wxg_guard_new picks one) ---- */
 
 wxg_guard_t *wxg__guard_lua_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
                                 size_t errstr_size);
+wxg_guard_t *wxg__guard_native_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
+                                   size_t errstr_size);
+
+/* The constructor both script-using designs share: the state (wxg__guard_redis_init), the
+ * near cache's namespace, and the handle over `ops`, connected (wxg__guard_redis_attach). */
+wxg_guard_t *wxg__guard_redis_new(const wxg_guard_conf_t *conf, const wxg__guard_ops_t *ops,
+                                  int *err, char *errstr, size_t errstr_size);
 wxg_guard_t *wxg__guard_naive_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
                                   size_t errstr_size);
 

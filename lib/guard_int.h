@@ -104,7 +104,7 @@ void wxg__guard_count_error(wxg_guard_stats_t *s, int rc);
 int wxg__guard_ticket_valid(const wxg_guard_ticket_t *t);
 
 /* The payload tag stored with a DONE marker and carried by a claim's ticket: the first two
- * bytes of the payload hash as a signed 16-bit number; 0 for NULL. */
+ * bytes of the payload hash as a signed 16-bit number, never 0 (1 for NULL and for 0). */
 int wxg__guard_payload_tag(const unsigned char *payload_hash);
 
 /* 1 when `name` is a usable plugin name ([A-Za-z0-9_.-], 1..WXG_GUARD_PLUGIN_NAME_MAX bytes). */

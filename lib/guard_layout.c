@@ -8,7 +8,8 @@
  * Keys. Every Redis name is built from the configured prefix and the SHA-256 fingerprint of the
  * idempotency key, never from the key's bytes, so hostile keys cannot leave the prefix or make
  * huge names. All names of one message share a hash tag {s<shard>} taken from the fingerprint:
- * in Redis Cluster the record and every DONE bucket a script touches live in one slot. On
+ * in Redis Cluster its record, its sub-marker hash and every DONE bucket it may have a field in
+ * live in one slot. On
  * complete a message becomes a fixed-width fingerprint field in a small hash bucket selected by
  * time bucket + fingerprint bits; buckets expire whole after the retention (docs/guard.md §3).
  *
@@ -19,6 +20,7 @@
 #include "guard_conn_int.h"
 
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -172,6 +174,9 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
     memcpy(p + pl + tl, ":r:", 3);
     wxg__to_hex(fp, 16, p + pl + tl + 3);
     out->record_len = pl + tl + 3 + 32;
+    memcpy(out->plugins, out->record, out->record_len + 1);
+    out->plugins[pl + tl + 1] = 'p';
+    out->plugins_len = out->record_len;
     p = out->stem;
     memcpy(p, prefix, pl);
     memcpy(p + pl, tag, tl);
@@ -186,11 +191,27 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
     return 0;
 }
 
+int wxg__guard_inflight_owner(uint64_t fence, char out[WXG_GUARD_OWNER_LEN + 1])
+{
+    char dec[24];
+    size_t n = wxg__put_dec(dec, fence);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int ml = 0;
+    if (EVP_Digest(dec, n, md, &ml, EVP_sha1(), NULL) != 1 || ml * 2 < WXG_GUARD_OWNER_LEN)
+        return WXG_ENOMEM;
+    wxg__to_hex(md, WXG_GUARD_OWNER_LEN / 2, out);
+    out[WXG_GUARD_OWNER_LEN] = '\0';
+    return 0;
+}
+
 int wxg__guard_payload_tag(const unsigned char *payload_hash)
 {
+    /* Never 0: the native complete's HINCRBY reads a field it found empty as 0, and must tell
+     * it from a marker (lib/guard_native.c). A payload whose two bytes are 0 shares tag 1. */
     if (!payload_hash)
-        return 0;
-    return (int)(int16_t)(uint16_t)((payload_hash[0] << 8) | payload_hash[1]);
+        return 1;
+    int t = (int)(int16_t)(uint16_t)((payload_hash[0] << 8) | payload_hash[1]);
+    return t ? t : 1;
 }
 
 int wxg__guard_prefix_valid(const char *prefix)

@@ -1,33 +1,36 @@
 /*
- * DESIGN: the Lua design of the guard -- the real one.
+ * DESIGN: the guard's scripted transitions on layout v4, and the Lua design made of them.
  *
- * Purpose: the per-message state machine of docs/guard.md §1 on Redis, each transition one Lua
- * script (lib/lua/) that checks and changes the state atomically for a whole batch of messages:
- * claim, renew, plugin_done, complete, fail. This file builds those batches (the pipelined
- * script-call runner that lib/guard_admin.c uses too), packs each message's arguments, reads the
- * per-message answers, and keeps the near cache in front of claim and behind complete.
+ * Purpose: the per-message state machine of docs/guard.md §1 on Redis as Lua scripts (lib/lua/)
+ * that check and change a message's state atomically, for a whole batch of messages per script
+ * call: claim, renew, plugin_done, complete, fail. This file builds those batches (the
+ * pipelined script-call runner that lib/guard_admin.c uses too), reads the per-message answers,
+ * and keeps the near cache in front of claim and behind complete. The Lua design ("lua") runs
+ * every transition through these scripts; the native design (lib/guard_native.c, the default)
+ * runs the common transitions as native commands and calls the scripts here for the rest.
  *
- * A message in flight (PROCESSING or FAILED) has one string record (state, owner, fence,
- * payload tag, attempt, absolute expiry, lease, idempotency key, finished plugins;
- * lib/guard_record.def), so that the common transitions are single SET / GETDEL calls. On
- * complete the record is taken out and the message becomes a compact DONE marker
- * (lib/guard_layout.c). Redis CPU per message is counted in redis.call()s and in the Lua
- * strings a script makes, so the layout needs few calls and claim and complete send one packed
- * argument per message: docs/guard.md §9.
+ * Layout v4 (lib/guard_record.def): a message's state is its field in the DONE bucket of its
+ * claim -- an in-flight value, a pointer to its record, or its DONE marker -- plus a record
+ * after a takeover, a failure or a release, and a hash of sub-markers. Every script declares
+ * every key it may touch (the buckets of the message's time window, its record, its sub-marker
+ * hash), so that Redis Cluster routes and migrates them correctly (docs/guard.md §2). The time
+ * window comes from the handle's estimate of the server's clock (lib/guard_conn.c); a script
+ * whose window does not cover the server's time refuses the call (WXGSKEW), the clock is sampled
+ * again and the call rebuilt once.
  *
  * Threads: the handle's thread only; no locks. The near cache (lib/donecache.c) is shared by
  * the handles of a process and locks itself.
  *
  * Failure modes. NOSCRIPT (script cache flushed, restart, failover) reloads the scripts and
- * re-sends only the refused calls, which is safe because NOSCRIPT proves they did not run. Any
- * other failure leaves the outcome unknown and is reported to the caller, never retried here.
- * A reply of the wrong shape is WXG_EREDIS for the whole call.
+ * re-sends only the refused calls, which is safe because NOSCRIPT proves they did not run. A
+ * WXGSKEW refusal proves the same. Any other failure leaves the outcome unknown and is reported
+ * to the caller, never retried here. A reply of the wrong shape is WXG_EREDIS for the whole
+ * call.
  *
  * Near cache (conf.done_cache, docs/guard.md §10): claim first answers DUPLICATE for what the
  * cache knows and sends only the rest to Redis; complete remembers the messages whose DONE
  * marker it wrote. The cache only ever holds a message for less than its marker's lifetime in
- * Redis, so it changes the cost of a duplicate, never its answer. Both hooks sit outside the
- * Redis paths (claim_redis, complete_redis).
+ * Redis, so it changes the cost of a duplicate, never its answer.
  */
 #include "guard_conn_int.h"
 
@@ -178,7 +181,7 @@ void wxg__guard_batch_free(wxg__guard_batch_t *b)
         }
     }
     free(b->chunks);
-    free(b->blobs);
+    free(b->names);
     free(b->order);
     free(b->items);
     memset(b, 0, sizeof *b);
@@ -207,6 +210,43 @@ void wxg__guard_batch_hdr_num(wxg__guard_batch_t *b, long long v)
     b->hdrlen[i] = strlen(b->hdrbuf[i]);
 }
 
+/* Floor division of a possibly negative time by a positive width. */
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+int wxg__guard_batch_window(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
+{
+    int64_t now = wxg__guard_clock_us(rg) / 1000, width = rg->geom.bucket_ms;
+    int64_t hi = floor_div(now + WXG__CLOCK_MARGIN_MS, width);
+    int64_t lo = floor_div(now - WXG__CLOCK_MARGIN_MS - rg->geom.retention_ms, width);
+    b->tb_hi = hi;
+    b->nb = (int)(hi - lo + 1);
+    b->names = malloc(b->n * (size_t)b->nb * WXG__KEY_MAX);
+    if (!b->names)
+        return WXG_ENOMEM;
+    char sfx[24];
+    for (size_t i = 0; i < b->n; i++) {
+        const wxg__guard_keys_t *k = &b->items[i].k;
+        for (int j = 0; j < b->nb; j++) {
+            char *name = b->names + (i * (size_t)b->nb + (size_t)j) * WXG__KEY_MAX;
+            size_t sl = wxg__put_dec(sfx, (uint64_t)(hi - j));
+            if (k->stem_len + sl >= WXG__KEY_MAX)
+                return WXG_EINVAL;
+            memcpy(name, k->stem, k->stem_len);
+            memcpy(name + k->stem_len, sfx, sl);
+            name[k->stem_len + sl] = '\0';
+        }
+    }
+    wxg__guard_batch_hdr_num(b, b->nb);
+    wxg__guard_batch_hdr_num(b, (long long)hi);
+    wxg__guard_batch_hdr_num(b, (long long)width);
+    wxg__guard_batch_hdr_num(b, (long long)rg->geom.retention_ms);
+    return 0;
+}
+
 /* Computes names for item i from its key. fp: the key's fingerprint when the caller already
  * has it (the near cache hashed the key), else NULL. */
 int wxg__guard_item_keys(const wxg__guard_redis_t *rg, wxg__guard_item_t *it, const char *key,
@@ -222,6 +262,18 @@ int wxg__guard_item_keys(const wxg__guard_redis_t *rg, wxg__guard_item_t *it, co
             return rc;
     }
     return wxg__guard_keys_build(rg->prefix, &rg->geom, it->fp, &it->k);
+}
+
+int wxg__guard_item_who(wxg__guard_item_t *it, const wxg_guard_ticket_t *t)
+{
+    size_t fl = wxg__put_dec(it->fence, t->fence);
+    it->fence[fl] = '\0';
+    if (WXG_GUARD_OWNER_LEN + 1 + fl >= sizeof it->who)
+        return WXG_EINVAL;
+    memcpy(it->who, t->owner, WXG_GUARD_OWNER_LEN);
+    it->who[WXG_GUARD_OWNER_LEN] = '|';
+    memcpy(it->who + WXG_GUARD_OWNER_LEN + 1, it->fence, fl + 1);
+    return 0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -245,18 +297,14 @@ static int order_by_shard(wxg__guard_batch_t *b)
     return 0;
 }
 
-/* Splits the items into chunks and builds each chunk's argv. */
-/* Fills chunk c's EVALSHA argv: the sha slot, the declared keys, the header arguments, then
- * each message's arguments. */
+/* Fills chunk c's EVALSHA argv: the sha slot, every message's declared keys (its time window's
+ * buckets, its record, its sub-marker hash; without a window the record and the hash only),
+ * the header arguments, then each message's arguments. */
 static int chunk_argv(const wxg__guard_batch_t *b, wxg__guard_chunk_t *c)
 {
-    /* A packed chunk declares only its first record: every key a script touches is in that
-     * record's slot (one shard per chunk in cluster mode), and each argument Redis converts
-     * for a script costs about as much CPU as a command, so one argument per message halves
-     * what a claim or a complete costs Redis outside its commands. */
-    int nkeys = b->packed ? 1 : (int)c->count;
-    int per = b->packed ? 1 : b->nargs;
-    c->argc = 3 + nkeys + b->nhdr + (int)c->count * per;
+    int kpm = b->nb + 2;
+    int nkeys = (int)c->count * kpm;
+    c->argc = 3 + nkeys + b->nhdr + (int)c->count * b->nargs;
     c->argv = calloc((size_t)c->argc, sizeof *c->argv);
     c->lens = calloc((size_t)c->argc, sizeof *c->lens);
     if (!c->argv || !c->lens)
@@ -269,10 +317,18 @@ static int chunk_argv(const wxg__guard_batch_t *b, wxg__guard_chunk_t *c)
     c->lens[a++] = 40;
     c->argv[a] = c->numkeys;
     c->lens[a++] = strlen(c->numkeys);
-    for (size_t j = 0; j < (size_t)nkeys; j++) {
-        const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
+    for (size_t j = 0; j < c->count; j++) {
+        size_t idx = b->order[c->first + j];
+        const wxg__guard_item_t *it = &b->items[idx];
+        for (int t = 0; t < b->nb; t++) {
+            c->argv[a] = b->names + (idx * (size_t)b->nb + (size_t)t) * WXG__KEY_MAX;
+            c->lens[a] = strlen(c->argv[a]);
+            a++;
+        }
         c->argv[a] = it->k.record;
         c->lens[a++] = it->k.record_len;
+        c->argv[a] = it->k.plugins;
+        c->lens[a++] = it->k.plugins_len;
     }
     for (int h = 0; h < b->nhdr; h++) {
         c->argv[a] = b->hdr[h];
@@ -280,11 +336,6 @@ static int chunk_argv(const wxg__guard_batch_t *b, wxg__guard_chunk_t *c)
     }
     for (size_t j = 0; j < c->count; j++) {
         const wxg__guard_item_t *it = &b->items[b->order[c->first + j]];
-        if (b->packed) {
-            c->argv[a] = it->blob;
-            c->lens[a++] = it->blob_len;
-            continue;
-        }
         for (int x = 0; x < b->nargs; x++) {
             c->argv[a] = it->arg[x];
             c->lens[a++] = it->len[x];
@@ -380,9 +431,11 @@ static int is_noscript(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && wxg__guard_classify_error(r->str, r->len) == 1;
 }
 
-/* Runs a built batch (per_message: each reply must be an array with one element per message):
- * at most two rounds (the second only for chunks refused with NOSCRIPT after
- * reloading the scripts). On success every chunk has a non-error reply. */
+static int is_skew(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->len >= 7 && memcmp(r->str, "WXGSKEW", 7) == 0;
+}
+
 /* Frees the replies refused with NOSCRIPT (so that the next round re-sends those chunks);
  * returns whether there were any. */
 static int drop_noscript(wxg__guard_batch_t *b)
@@ -400,9 +453,14 @@ static int drop_noscript(wxg__guard_batch_t *b)
 }
 
 /* Checks the final replies: an error reply fails the call with its code (and a READONLY one
- * drops the connection); per_message replies must have one element per message. */
+ * drops the connection); per_message replies must have one element per message. A refused
+ * time window is WXG__GUARD_SKEW. */
 static int check_replies(wxg__guard_redis_t *rg, const wxg__guard_batch_t *b, int per_message)
 {
+    for (size_t i = 0; i < b->nchunks; i++) {
+        if (is_skew(b->chunks[i].reply))
+            return WXG__GUARD_SKEW;
+    }
     for (size_t i = 0; i < b->nchunks; i++) {
         const redisReply *r = b->chunks[i].reply;
         if (r->type == REDIS_REPLY_ERROR) {
@@ -450,6 +508,12 @@ int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writ
             goto out;
     }
     rc = check_replies(rg, b, per_message);
+    if (rc == WXG__GUARD_SKEW) {
+        int src = wxg__guard_clock_sample(rg);
+        if (src)
+            rc = src;
+        return rc;
+    }
 out:
     if (rc)
         wxg__guard_count_error(rg->stats, rc);
@@ -479,83 +543,13 @@ static int batch_results(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int *res
     return 0;
 }
 
-/* Packed arguments: lengths first (one byte each, so names stay below 256 bytes: the prefix is
- * at most WXG_GUARD_PREFIX_MAX), then the names a script needs for every message. The length
- * bytes are lib/guard_record.def's WXG__ARG_LEN: a claim has all of them, a complete the first
- * three. */
-#define BLOB_NAMES_MAX    (3 * WXG__KEY_MAX + WXG__FIELD_BYTES_MAX)
-#define CLAIM_BLOB_FIXED  (WXG__L_COUNT + BLOB_NAMES_MAX + 5 + WXG_GUARD_OWNER_LEN + 8 + 24)
-#define COMPLETE_BLOB_LEN (WXG__L_FIELD + 1)
-#define COMPLETE_BLOB_MAX (COMPLETE_BLOB_LEN + BLOB_NAMES_MAX + 64)
-_Static_assert(WXG__KEY_MAX < 256 && WXG__FIELD_BYTES_MAX < 256, "lengths travel as one byte");
-/* The scripts read the length bytes with one string.byte call each, in this order. */
-_Static_assert(WXG__L_STEM == 0 && WXG__L_RECORD == 1 && WXG__L_FIELD == 2 && WXG__L_TAG == 3 &&
-                   WXG__L_COUNT == 4,
-               "claim.lua and complete.lua read stem, record, field, tag lengths in this order");
-/* What the client writes of a record (ticket_items, claim_pack) relies on the field order. */
-_Static_assert(WXG__F_ST == 0 && WXG__F_OWNER == 1 && WXG__F_FENCE == 2,
-               "the ownership prefix 'P|owner|fence|' is the record's first three fields");
-_Static_assert(WXG__F_TAG == 3, "a new record's head 'P|owner|1|tag' is its first four fields");
-_Static_assert(WXG__F_KLEN == WXG__F_COUNT - 1,
-               "the client's 'klen|key' closes a new record's fields");
-_Static_assert(WXG__REC_OWNER_LEN == WXG_GUARD_OWNER_LEN, "the scripts' OWNER_LEN");
-
-/* Writes the length bytes of stem, record and field (the caller writes the others), then the
- * three names after the nlen length bytes; returns the end. */
-static char *blob_names(char *out, const wxg__guard_keys_t *k, int nlen)
-{
-    out[WXG__L_STEM] = (char)k->stem_len;
-    out[WXG__L_RECORD] = (char)k->record_len;
-    out[WXG__L_FIELD] = (char)k->field_len;
-    char *p = out + nlen;
-    memcpy(p, k->stem, k->stem_len);
-    p += k->stem_len;
-    memcpy(p, k->record, k->record_len);
-    p += k->record_len;
-    memcpy(p, k->field, k->field_len);
-    return p + k->field_len;
-}
-
-/* Common set-up of a transition batch on tickets: names and the ownership argument. */
-static int ticket_items(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i,
-                        const wxg_guard_ticket_t *t)
-{
-    wxg__guard_item_t *it = &b->items[i];
-    int rc = wxg__guard_item_keys(rg, it, t->key, t->key_len,
-                                  t->fingerprint_set ? t->fingerprint : NULL);
-    if (rc)
-        return rc;
-    /* The scripts compare this with the start of the record: its fields ST, OWNER and FENCE
-     * (lib/guard_record.def) in one string comparison. Written by hand, as the names are. */
-    char fence[20];
-    size_t fl = wxg__put_dec(fence, t->fence);
-    size_t n = 2 + WXG_GUARD_OWNER_LEN + 1 + fl + 1;
-    if (n >= sizeof it->pfx)
-        return WXG_EINVAL;
-    char *p = it->pfx;
-    memcpy(p, "P|", 2);
-    memcpy(p + 2, t->owner, WXG_GUARD_OWNER_LEN);
-    p += 2 + WXG_GUARD_OWNER_LEN;
-    *p++ = '|';
-    memcpy(p, fence, fl);
-    p += fl;
-    *p++ = '|';
-    *p = '\0';
-    it->arg[0] = it->pfx;
-    it->len[0] = n;
-    return 0;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Near cache (conf.done_cache; docs/guard.md §10)
  *
  * Kept apart from the Redis paths on purpose: claim filters the messages the cache knows before
  * the Redis path sees the rest, and complete remembers what it wrote after the Redis path
- * returned, so neither depends on how a script call is packed or answered.
+ * returned, so neither depends on how a design talks to Redis (both designs use them).
  */
-
-static int claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out, const unsigned char (*fps)[32]);
 
 /* The cache key of `key`: the first 16 bytes of its fingerprint, mixed with this handle's
  * server/database/prefix identity so that handles of different deployments never see each
@@ -567,7 +561,7 @@ static void near_fp(const wxg__guard_redis_t *rg, const unsigned char fp[32],
         out[i] = fp[i] ^ rg->cache_ns[i];
 }
 
-static int near_ns(wxg__guard_redis_t *rg)
+int wxg__guard_near_ns(wxg__guard_redis_t *rg)
 {
     char id[1024];
     /* Under Sentinel the deployment is the named primary, wherever it runs now: its markers
@@ -614,7 +608,8 @@ static long near_lookup(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
 /* Claims in Redis the m messages the cache did not know (out[i].cached == 0), packing them and
  * their fingerprints to the front, and puts their results back in place. */
 static int near_claim_misses(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
-                             size_t m, wxg_guard_claim_t *out, unsigned char (*fps)[32])
+                             size_t m, wxg_guard_claim_t *out, unsigned char (*fps)[32],
+                             wxg__guard_claim_fn claim_redis)
 {
     int rc = 0;
     wxg_guard_msg_t *sub = malloc(m * sizeof *sub);
@@ -646,8 +641,8 @@ out:
 }
 
 /* Answers from the cache what it knows and sends only the rest to Redis (none: no call). */
-static int near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
-                      wxg_guard_claim_t *out)
+int wxg__guard_near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                          wxg_guard_claim_t *out, wxg__guard_claim_fn claim_redis)
 {
     size_t mismatches = 0;
     unsigned char(*fps)[32] = calloc(n, sizeof *fps);
@@ -661,7 +656,7 @@ static int near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_
         rc = claim_redis(rg, msgs, n, out, (const unsigned char(*)[32])fps);
     } else {
         if ((size_t)hits < n)
-            rc = near_claim_misses(rg, msgs, n, n - (size_t)hits, out, fps);
+            rc = near_claim_misses(rg, msgs, n, n - (size_t)hits, out, fps, claim_redis);
         if (rc == 0) {
             rg->stats->duplicates += (uint64_t)hits;
             rg->stats->local_duplicates += (uint64_t)hits;
@@ -677,8 +672,8 @@ static int near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_
  * least the retention after it was written, so the cache never says DUPLICATE where Redis
  * would not. ALREADY_DONE is not remembered: the marker was written at an unknown earlier time
  * and may expire at any moment. */
-static void near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
-                          const int *results, const unsigned char (*fps)[32], int64_t sent_ms)
+void wxg__guard_near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                              const int *results, const unsigned char (*fps)[32], int64_t sent_ms)
 {
     int64_t now = wxg__guard_mono_ms();
     int64_t expires = sent_ms + rg->geom.retention_ms;
@@ -692,57 +687,122 @@ static void near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, s
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Transitions
+ * Script transitions (guard_conn_int.h): every transition as one script call per chunk
  */
 
-/* Packs each message's one claim argument into b->blobs (lib/lua/claim.lua): the length bytes,
- * then the bucket stem, the record name, the marker field, the head of a new record
- * 'P|owner|1|tag' (its fields ST .. TAG, lib/guard_record.def), and the idempotency key as
- * 'klen|key' (KLEN and the key), which the script copies into a new record unchanged. Owners
- * are fresh random tokens. */
-static int claim_pack(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const wxg_guard_msg_t *msgs,
-                      const unsigned char (*fps)[32])
+/* Fills item i of a transition batch: its names and its per-message arguments. */
+typedef int (*fill_fn)(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx);
+
+/* Builds and runs a batch of n messages for `script` (writes: WAIT after it when configured):
+ * fills each item, sets the time window, the header arguments hdr[0..nhdr), and runs it,
+ * rebuilt once when a script refused the window (the clock was sampled again meanwhile). On
+ * success the caller reads b's replies and frees b; on failure b is freed. */
+static int script_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int script, size_t n,
+                      int nargs, fill_fn fill, const void *ctx, const long long *hdr, int nhdr,
+                      int writes)
 {
-    size_t n = b->n, bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (msgs[i].key_len > SIZE_MAX / 2 - bytes - CLAIM_BLOB_FIXED)
-            return WXG_EINVAL;
-        bytes += msgs[i].key_len + CLAIM_BLOB_FIXED;
-    }
-    b->blobs = malloc(bytes);
-    unsigned char *rnd = malloc(n * 16);
     int rc = 0;
-    if (!rnd || !b->blobs) {
-        rc = WXG_ENOMEM;
-        goto out;
-    }
-    rc = wxg__guard_fill_random(rnd, n * 16);
-    char *kp = b->blobs;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        wxg__guard_item_t *it = &b->items[i];
-        rc = wxg__guard_item_keys(rg, it, msgs[i].key, msgs[i].key_len, fps ? fps[i] : NULL);
-        if (rc)
+    for (int round = 0; round < 2; round++) {
+        rc = wxg__guard_batch_init(b, script, n, nargs);
+        for (size_t i = 0; i < n && rc == 0; i++)
+            rc = fill(rg, b, i, ctx);
+        if (rc == 0)
+            rc = wxg__guard_batch_window(rg, b);
+        for (int h = 0; h < nhdr && rc == 0; h++)
+            wxg__guard_batch_hdr_num(b, hdr[h]);
+        if (rc == 0)
+            rc = wxg__guard_batch_build(rg, b);
+        if (rc == 0)
+            rc = wxg__guard_batch_run(rg, b, writes, 1);
+        if (rc != WXG__GUARD_SKEW)
             break;
-        wxg__to_hex(rnd + 16 * i, 16, it->owner);
-        int tl =
-            snprintf(it->tag, sizeof it->tag, "%d", wxg__guard_payload_tag(msgs[i].payload_hash));
-        char *p = blob_names(kp, &it->k, WXG__L_COUNT);
-        kp[WXG__L_TAG] = (char)tl;
-        memcpy(p, "P|", 2);
-        memcpy(p + 2, it->owner, WXG_GUARD_OWNER_LEN);
-        memcpy(p + 2 + WXG_GUARD_OWNER_LEN, "|1|", 3);
-        memcpy(p + 5 + WXG_GUARD_OWNER_LEN, it->tag, (size_t)tl);
-        p += 5 + WXG_GUARD_OWNER_LEN + tl;
-        int kl = snprintf(p, 24, "%zu|", msgs[i].key_len);
-        memcpy(p + kl, msgs[i].key, msgs[i].key_len);
-        p += kl + msgs[i].key_len;
-        it->blob = kp;
-        it->blob_len = (size_t)(p - kp);
-        kp = p;
+        wxg__guard_batch_free(b);
     }
-out:
-    free(rnd);
+    if (rc == WXG__GUARD_SKEW) {
+        rc = WXG_EREDIS;
+        wxg__guard_set_error(rg->handle, "the server's clock moved twice under one call");
+        wxg__guard_count_error(rg->stats, rc);
+    }
+    if (rc)
+        wxg__guard_batch_free(b);
     return rc;
+}
+
+/* Counts the per-message results of a ticket transition. */
+static void count_results(wxg__guard_redis_t *rg, const int *results, size_t n,
+                          uint64_t *ok_counter)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] == WXG_GUARD_OK)
+            (*ok_counter)++;
+        else if (results[i] == WXG_GUARD_LEASE_LOST)
+            rg->stats->lease_lost++;
+        else if (results[i] == WXG_GUARD_ALREADY_DONE)
+            rg->stats->already_done++;
+    }
+}
+
+/* A ticket transition's batch through `fill`, its results in results[] and counted. */
+static int ticket_transition(wxg__guard_redis_t *rg, int script, size_t n, int nargs, fill_fn fill,
+                             const void *ctx, const long long *hdr, int nhdr, int *results,
+                             uint64_t *ok_counter)
+{
+    wxg__guard_batch_t b;
+    int rc = script_run(rg, &b, script, n, nargs, fill, ctx, hdr, nhdr, 1);
+    if (rc)
+        return rc;
+    rc = batch_results(rg, &b, results);
+    if (rc == 0)
+        count_results(rg, results, n, ok_counter);
+    wxg__guard_batch_free(&b);
+    return rc;
+}
+
+/* The names of the ticket's message and its 'owner|fence'. */
+static int ticket_item(wxg__guard_redis_t *rg, wxg__guard_item_t *it, const wxg_guard_ticket_t *t)
+{
+    int rc = wxg__guard_item_keys(rg, it, t->key, t->key_len,
+                                  t->fingerprint_set ? t->fingerprint : NULL);
+    return rc ? rc : wxg__guard_item_who(it, t);
+}
+
+static void item_arg(wxg__guard_item_t *it, int i, const void *p, size_t len)
+{
+    it->arg[i] = len ? p : "";
+    it->len[i] = len;
+}
+
+/* claim (lib/lua/claim.lua) */
+
+typedef struct claim_ctx {
+    const wxg_guard_msg_t *msgs;
+    const unsigned char (*fps)[32];
+    const char (*owners)[WXG_GUARD_OWNER_LEN + 1]; /* NULL: fresh tokens (in the items) */
+    const char *const *mine;                       /* NULL: none */
+    const unsigned char *rnd;                      /* 16 random bytes per message */
+} claim_ctx;
+
+static int fill_claim(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
+{
+    const claim_ctx *c = ctx;
+    wxg__guard_item_t *it = &b->items[i];
+    int rc =
+        wxg__guard_item_keys(rg, it, c->msgs[i].key, c->msgs[i].key_len, c->fps ? c->fps[i] : NULL);
+    if (rc)
+        return rc;
+    if (c->owners)
+        memcpy(it->owner, c->owners[i], WXG_GUARD_OWNER_LEN + 1);
+    else
+        wxg__to_hex(c->rnd + 16 * i, 16, it->owner);
+    int tl =
+        snprintf(it->tag, sizeof it->tag, "%d", wxg__guard_payload_tag(c->msgs[i].payload_hash));
+    item_arg(it, 0, it->k.field, it->k.field_len);
+    item_arg(it, 1, it->owner, WXG_GUARD_OWNER_LEN);
+    item_arg(it, 2, it->tag, (size_t)tl);
+    item_arg(it, 3, c->msgs[i].key, c->msgs[i].key_len);
+    const char *mine = c->mine ? c->mine[i] : NULL;
+    item_arg(it, 4, mine ? mine : "", mine ? strlen(mine) : 0);
+    return 0;
 }
 
 /* Fills out[] from the claim replies, with the tickets of the CLAIMED ones, and counts them. */
@@ -763,7 +823,14 @@ static int claim_results(wxg__guard_redis_t *rg, const wxg__guard_batch_t *b,
             case WXG_GUARD_CLAIMED:
                 o->ticket.key = msgs[idx].key;
                 o->ticket.key_len = msgs[idx].key_len;
-                memcpy(o->ticket.owner, b->items[idx].owner, WXG_GUARD_OWNER_LEN + 1);
+                /* A claim answered as one integer holds an in-flight value, whose owner token
+                 * its fence gives; a re-claim holds a record with the token sent. */
+                if (wxg__guard_batch_elem(b, c, j)->type == REDIS_REPLY_INTEGER)
+                    rc = wxg__guard_inflight_owner(o->ticket.fence, o->ticket.owner);
+                else
+                    memcpy(o->ticket.owner, b->items[idx].owner, WXG_GUARD_OWNER_LEN + 1);
+                if (rc)
+                    return rc;
                 memcpy(o->ticket.fingerprint, b->items[idx].fp, 32);
                 o->ticket.fingerprint_set = 1;
                 rg->stats->claimed++;
@@ -782,152 +849,181 @@ static int claim_results(wxg__guard_redis_t *rg, const wxg__guard_batch_t *b,
     return 0;
 }
 
-/* The Redis path of a claim. fps: the keys' fingerprints when the near cache computed them,
- * else NULL. On failure out[] is cleared. */
-static int claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
-                       wxg_guard_claim_t *out, const unsigned char (*fps)[32])
+int wxg__guard_script_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                            wxg_guard_claim_t *out, const unsigned char (*fps)[32],
+                            const char (*owners)[WXG_GUARD_OWNER_LEN + 1], const char *const *mine)
 {
+    unsigned char *rnd = NULL;
+    int rc = 0;
+    if (!owners) {
+        rnd = malloc(n * 16);
+        if (!rnd)
+            return WXG_ENOMEM;
+        rc = wxg__guard_fill_random(rnd, n * 16);
+    }
+    claim_ctx ctx = {msgs, fps, owners, mine, rnd};
+    long long hdr[2] = {rg->conf.lease_ms, rg->conf.inflight_ttl_ms};
     wxg__guard_batch_t b;
-    int rc = wxg__guard_batch_init(&b, WXG__S_CLAIM, n, 0);
-    if (rc)
-        return rc;
-    b.packed = 1;
-    wxg__guard_batch_hdr_num(&b, rg->conf.lease_ms);
-    wxg__guard_batch_hdr_num(&b, rg->conf.inflight_ttl_ms);
-    wxg__guard_batch_hdr_num(&b, rg->geom.retention_ms);
-    wxg__guard_batch_hdr_num(&b, rg->geom.bucket_ms);
-    rc = claim_pack(rg, &b, msgs, fps);
     if (rc == 0)
-        rc = wxg__guard_batch_build(rg, &b);
-    if (rc == 0)
-        rc = wxg__guard_batch_run(rg, &b, 1, 1);
-    if (rc == 0)
+        rc = script_run(rg, &b, WXG__S_CLAIM, n, 5, fill_claim, &ctx, hdr, 2, 1);
+    if (rc == 0) {
         rc = claim_results(rg, &b, msgs, out);
+        wxg__guard_batch_free(&b);
+    }
     if (rc) {
         for (size_t i = 0; i < n; i++)
             wxg_guard_claim_clear(&out[i]);
     }
-    wxg__guard_batch_free(&b);
+    free(rnd);
     return rc;
 }
 
-/* Runs a ticket transition whose items are already filled; counts per-message results. */
-static int run_transition(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int *results,
-                          uint64_t *ok_counter)
+/* complete (lib/lua/complete.lua) */
+
+typedef struct ticket_ctx {
+    const wxg_guard_ticket_t *t;
+    unsigned char (*fps)[32]; /* may be NULL */
+} ticket_ctx;
+
+static int fill_complete(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
 {
-    int rc = wxg__guard_batch_build(rg, b);
+    const ticket_ctx *c = ctx;
+    wxg__guard_item_t *it = &b->items[i];
+    const wxg_guard_ticket_t *t = &c->t[i];
+    int rc = ticket_item(rg, it, t);
     if (rc)
         return rc;
-    rc = wxg__guard_batch_run(rg, b, 1, 1);
-    if (rc)
-        return rc;
-    rc = batch_results(rg, b, results);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < b->n; i++) {
-        if (results[i] == WXG_GUARD_OK)
-            (*ok_counter)++;
-        else if (results[i] == WXG_GUARD_LEASE_LOST)
-            rg->stats->lease_lost++;
-        else if (results[i] == WXG_GUARD_ALREADY_DONE)
-            rg->stats->already_done++;
-    }
+    if (c->fps)
+        memcpy(c->fps[i], it->fp, sizeof c->fps[i]);
+    int tl = t->payload_tag_set ? snprintf(it->tag, sizeof it->tag, "%d", t->payload_tag) : 0;
+    item_arg(it, 0, it->k.field, it->k.field_len);
+    item_arg(it, 1, t->owner, WXG_GUARD_OWNER_LEN);
+    item_arg(it, 2, it->fence, strlen(it->fence));
+    item_arg(it, 3, it->tag, (size_t)tl);
     return 0;
 }
 
-/* The Redis path of a complete. fps (n entries, may be NULL) receives each ticket's key
- * fingerprint, for the near cache. */
-static int complete_redis(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
-                          int *results, unsigned char (*fps)[32])
+int wxg__guard_script_complete(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                               int *results, unsigned char (*fps)[32])
 {
-    wxg__guard_batch_t b;
-    int rc = wxg__guard_batch_init(&b, WXG__S_COMPLETE, n, 0);
+    ticket_ctx ctx = {t, fps};
+    return ticket_transition(rg, WXG__S_COMPLETE, n, 4, fill_complete, &ctx, NULL, 0, results,
+                             &rg->stats->completed);
+}
+
+/* renew (lib/lua/renew.lua) */
+
+static int fill_renew(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
+{
+    const wxg_guard_ticket_t *t = &((const wxg_guard_ticket_t *)ctx)[i];
+    wxg__guard_item_t *it = &b->items[i];
+    int rc = ticket_item(rg, it, t);
     if (rc)
         return rc;
-    /* One argument per message (lib/lua/complete.lua): three length bytes, then the bucket
-     * stem, the record name, the marker field and the ownership prefix 'P|owner|fence|'. */
-    b.packed = 1;
-    b.blobs = malloc(n * COMPLETE_BLOB_MAX);
-    if (!b.blobs)
-        rc = WXG_ENOMEM;
-    wxg__guard_batch_hdr_num(&b, rg->geom.retention_ms);
-    wxg__guard_batch_hdr_num(&b, rg->geom.bucket_ms);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = ticket_items(rg, &b, i, &t[i]);
-        if (rc)
-            break;
-        wxg__guard_item_t *it = &b.items[i];
-        if (fps)
-            memcpy(fps[i], it->fp, sizeof fps[i]);
-        char *kp = b.blobs + i * COMPLETE_BLOB_MAX;
-        char *p = blob_names(kp, &it->k, COMPLETE_BLOB_LEN);
-        memcpy(p, it->arg[0], it->len[0]);
-        it->blob = kp;
-        it->blob_len = (size_t)(p - kp) + it->len[0];
-    }
-    if (rc == 0)
-        rc = run_transition(rg, &b, results, &rg->stats->completed);
-    wxg__guard_batch_free(&b);
-    return rc;
+    item_arg(it, 0, it->k.field, it->k.field_len);
+    item_arg(it, 1, it->who, strlen(it->who));
+    item_arg(it, 2, t->key, t->key_len);
+    return 0;
+}
+
+int wxg__guard_script_renew(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
+                            int *results)
+{
+    long long hdr[2] = {rg->conf.lease_ms, rg->conf.inflight_ttl_ms};
+    return ticket_transition(rg, WXG__S_RENEW, n, 3, fill_renew, t, hdr, 2, results,
+                             &rg->stats->renewed);
+}
+
+/* plugin_done (lib/lua/plugin_done.lua) */
+
+static int fill_plugin_done(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i,
+                            const void *ctx)
+{
+    const wxg_guard_plugin_done_t *d = &((const wxg_guard_plugin_done_t *)ctx)[i];
+    wxg__guard_item_t *it = &b->items[i];
+    int rc = ticket_item(rg, it, d->ticket);
+    if (rc)
+        return rc;
+    item_arg(it, 0, it->k.field, it->k.field_len);
+    item_arg(it, 1, it->who, strlen(it->who));
+    item_arg(it, 2, d->plugin, strlen(d->plugin));
+    item_arg(it, 3, d->result, d->result_len);
+    return 0;
+}
+
+int wxg__guard_script_plugin_done(wxg__guard_redis_t *rg, const wxg_guard_plugin_done_t *items,
+                                  size_t n, int *results)
+{
+    long long hdr[1] = {rg->conf.inflight_ttl_ms};
+    return ticket_transition(rg, WXG__S_PLUGIN_DONE, n, 4, fill_plugin_done, items, hdr, 1, results,
+                             &rg->stats->plugins_done);
+}
+
+/* fail (lib/lua/fail.lua) */
+
+static int fill_fail(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
+{
+    const wxg_guard_failure_t *f = &((const wxg_guard_failure_t *)ctx)[i];
+    wxg__guard_item_t *it = &b->items[i];
+    const wxg_guard_ticket_t *t = f->ticket;
+    int rc = ticket_item(rg, it, t);
+    if (rc)
+        return rc;
+    const char *reason = f->reason ? f->reason : "";
+    size_t rl = strlen(reason);
+    int tl = snprintf(it->tag, sizeof it->tag, "%d", t->payload_tag_set ? t->payload_tag : 0);
+    int xl = snprintf(it->extra, sizeof it->extra, "%u", (unsigned)f->attempts);
+    item_arg(it, 0, it->k.field, it->k.field_len);
+    item_arg(it, 1, it->who, strlen(it->who));
+    item_arg(it, 2, it->tag, (size_t)tl);
+    item_arg(it, 3, t->key, t->key_len);
+    item_arg(it, 4, reason, rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl);
+    item_arg(it, 5, it->extra, (size_t)xl);
+    return 0;
+}
+
+int wxg__guard_script_fail(wxg__guard_redis_t *rg, const wxg_guard_failure_t *items, size_t n,
+                           int *results)
+{
+    long long hdr[1] = {rg->conf.failed_retention_ms};
+    return ticket_transition(rg, WXG__S_FAIL, n, 6, fill_fail, items, hdr, 1, results,
+                             &rg->stats->failed);
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The operations table of the Lua design
+ * The operations table of the Lua design: every transition a script
  */
+
+static int lua_claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
+                           wxg_guard_claim_t *out, const unsigned char (*fps)[32])
+{
+    return wxg__guard_script_claim(rg, msgs, n, out, fps, NULL, NULL);
+}
 
 static int lua_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out)
 {
     wxg__guard_redis_t *rg = wxg__guard_impl(g);
     if (rg->conf.done_cache)
-        return near_claim(rg, msgs, n, out);
-    return claim_redis(rg, msgs, n, out, NULL);
+        return wxg__guard_near_claim(rg, msgs, n, out, lua_claim_redis);
+    return lua_claim_redis(rg, msgs, n, out, NULL);
 }
 
 static int lua_renew(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
 {
-    wxg__guard_redis_t *rg = wxg__guard_impl(g);
-    wxg__guard_batch_t b;
-    int rc = wxg__guard_batch_init(&b, WXG__S_RENEW, n, 1);
-    if (rc)
-        return rc;
-    wxg__guard_batch_hdr_num(&b, rg->conf.lease_ms);
-    wxg__guard_batch_hdr_num(&b, rg->conf.inflight_ttl_ms);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = ticket_items(rg, &b, i, &t[i]);
-    if (rc == 0)
-        rc = run_transition(rg, &b, results, &rg->stats->renewed);
-    wxg__guard_batch_free(&b);
-    return rc;
+    return wxg__guard_script_renew(wxg__guard_impl(g), t, n, results);
 }
 
 static int lua_plugin_done(wxg_guard_t *g, const wxg_guard_plugin_done_t *items, size_t n,
                            int *results)
 {
-    wxg__guard_redis_t *rg = wxg__guard_impl(g);
-    wxg__guard_batch_t b;
-    int rc = wxg__guard_batch_init(&b, WXG__S_PLUGIN_DONE, n, 3);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = ticket_items(rg, &b, i, items[i].ticket);
-        if (rc)
-            break;
-        b.items[i].arg[1] = items[i].plugin;
-        b.items[i].len[1] = strlen(items[i].plugin);
-        b.items[i].arg[2] = items[i].result_len ? items[i].result : "";
-        b.items[i].len[2] = items[i].result_len;
-    }
-    if (rc == 0)
-        rc = run_transition(rg, &b, results, &rg->stats->plugins_done);
-    wxg__guard_batch_free(&b);
-    return rc;
+    return wxg__guard_script_plugin_done(wxg__guard_impl(g), items, n, results);
 }
 
 static int lua_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results)
 {
     wxg__guard_redis_t *rg = wxg__guard_impl(g);
     /* Taken before the call: the marker is written after this instant (server time), so an
-     * expiry counted from here never outlasts it (near_remember). */
+     * expiry counted from here never outlasts it (wxg__guard_near_remember). */
     int64_t sent_ms = wxg__guard_mono_ms();
     unsigned char(*fps)[32] = NULL;
     if (rg->conf.done_cache) {
@@ -935,38 +1031,16 @@ static int lua_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, i
         if (!fps)
             return WXG_ENOMEM;
     }
-    int rc = complete_redis(rg, t, n, results, fps);
+    int rc = wxg__guard_script_complete(rg, t, n, results, fps);
     if (rc == 0 && fps)
-        near_remember(rg, t, n, results, (const unsigned char(*)[32])fps, sent_ms);
+        wxg__guard_near_remember(rg, t, n, results, (const unsigned char(*)[32])fps, sent_ms);
     free(fps);
     return rc;
 }
 
 static int lua_fail(wxg_guard_t *g, const wxg_guard_failure_t *items, size_t n, int *results)
 {
-    wxg__guard_redis_t *rg = wxg__guard_impl(g);
-    wxg__guard_batch_t b;
-    int rc = wxg__guard_batch_init(&b, WXG__S_FAIL, n, 3);
-    if (rc)
-        return rc;
-    wxg__guard_batch_hdr_num(&b, rg->conf.failed_retention_ms);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = ticket_items(rg, &b, i, items[i].ticket);
-        if (rc)
-            break;
-        wxg__guard_item_t *it = &b.items[i];
-        const char *reason = items[i].reason ? items[i].reason : "";
-        size_t rl = strlen(reason);
-        it->arg[1] = reason;
-        it->len[1] = rl > WXG_GUARD_REASON_MAX ? WXG_GUARD_REASON_MAX : rl;
-        snprintf(it->extra, sizeof it->extra, "%u", (unsigned)items[i].attempts);
-        it->arg[2] = it->extra;
-        it->len[2] = strlen(it->extra);
-    }
-    if (rc == 0)
-        rc = run_transition(rg, &b, results, &rg->stats->failed);
-    wxg__guard_batch_free(&b);
-    return rc;
+    return wxg__guard_script_fail(wxg__guard_impl(g), items, n, results);
 }
 
 static const wxg__guard_ops_t lua_ops = {
@@ -982,16 +1056,5 @@ static const wxg__guard_ops_t lua_ops = {
 wxg_guard_t *wxg__guard_lua_new(const wxg_guard_conf_t *conf, int *err, char *errstr,
                                 size_t errstr_size)
 {
-    wxg__guard_redis_t *rg = NULL;
-    int rc = wxg__guard_redis_init(conf, &rg, errstr, errstr_size);
-    if (rc == 0 && (rc = near_ns(rg)) != 0) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
-        wxg__guard_redis_free(rg);
-    }
-    if (rc) {
-        if (err)
-            *err = rc;
-        return NULL;
-    }
-    return wxg__guard_redis_attach(rg, &lua_ops, err, errstr, errstr_size);
+    return wxg__guard_redis_new(conf, &lua_ops, err, errstr, errstr_size);
 }

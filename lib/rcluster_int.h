@@ -98,8 +98,7 @@ int wxg__rcluster_run(wxg__rcluster_t *c, const wxg__rccmd_t *cmds, size_t n, in
 /* Runs one command on every primary of the current map (SCRIPT LOAD, SCAN, PING), in order of
  * the map; fn (may be NULL) sees each reply (borrowed for the call) with the node's index and
  * its address. Returns 0, the first failing code, or fn's non-zero return. */
-int wxg__rcluster_each_primary(wxg__rcluster_t *c, int argc, const char **argv,
-                               const size_t *lens,
+int wxg__rcluster_each_primary(wxg__rcluster_t *c, int argc, const char **argv, const size_t *lens,
                                int (*fn)(void *arg, int node, const char *addr,
                                          const redisReply *r),
                                void *arg, char *errstr, size_t errstr_size);

@@ -51,6 +51,9 @@ typedef struct wxg_donecache_s wxg_donecache_t;
 
 typedef struct wxg_guard_s wxg_guard_t;
 
+/* The designs of wxg_guard_conf_t.design. */
+enum { WXG_GUARD_DESIGN_NATIVE = 0, WXG_GUARD_DESIGN_LUA = 1 };
+
 /* Configuration. Fill with wxg_guard_conf_init() and change what you need. Strings are borrowed
  * only for the duration of wxg_guard_new(), which copies them. Durations are milliseconds. */
 typedef struct wxg_guard_conf {
@@ -124,6 +127,14 @@ typedef struct wxg_guard_conf {
     int reconnect_min_ms; /* first reconnect backoff, default 50 */
     int reconnect_max_ms; /* backoff cap, default 2000 */
 
+    /* How the state machine talks to Redis (docs/guard.md §4); both keep the same state in
+     * the same layout, so replicas of either design may share a prefix:
+     *   WXG_GUARD_DESIGN_NATIVE (default): a new message's claim, a duplicate's claim, the
+     *     completion of a native claim and the plugins' sub-markers are native commands,
+     *     pipelined; the rare paths are Lua scripts;
+     *   WXG_GUARD_DESIGN_LUA: every transition is a Lua script. */
+    int design;
+
     /* Benchmark only, never for production (default 0): 1 swaps the state machine for the
      * naive design the benchmarks compare against: claim = one `SET <key> <owner> NX GET PX
      * <lease>` round trip per message, complete = one `SET <key> D EX <retention>` round trip
@@ -190,6 +201,11 @@ typedef struct wxg_guard_ticket {
      * the key is hashed); a copy whose key is changed must clear fingerprint_set. */
     unsigned char fingerprint[32];
     int fingerprint_set;
+    /* Set by a claim of the native design (docs/guard.md §4): the time bucket whose DONE hash
+     * holds the message's in-flight value, plus one, so that complete can turn that value into
+     * the DONE marker with one command. 0 (a ticket built by hand, or a claim that went
+     * through a script) completes through the script, which finds the value itself. */
+    int64_t native_bucket;
 } wxg_guard_ticket_t;
 
 /* A plugin that already finished on an earlier attempt, with the small result it recorded. */

@@ -1,70 +1,45 @@
--- complete: move messages from their in-flight record to a compact DONE marker.
+-- complete: turn messages into compact DONE markers.
 --
--- KEYS[1]   the in-flight record of the first message (declared for Redis Cluster)
--- ARGV[1..2] DONE retention ms, bucket width ms
--- then ONE value per message, packed by the client (see claim.lua for why): the length bytes
---   L_STEM .. L_FIELD (lib/guard_record.def), then the DONE bucket stem, the in-flight record
---   name, the marker field and the ownership prefix 'P|owner|fence|' (F_ST .. F_FENCE)
--- Returns per message 0 (DONE written), 1 (no record, but the message is already DONE) or
--- -1 (lease lost: nothing changed).
+-- KEYS      KPM per message (see _record.lua): its NB buckets, its record, its sub-markers
+-- ARGV[1..4] NB, TB_HI, bucket width ms, DONE retention ms
+-- then 4 per message: the marker field, the owner token, the fence, the payload tag ('' for a
+--   ticket made by hand: the record's, or 0)
+-- Returns per message 0 (DONE written), 1 (already DONE: a retried complete whose first
+-- attempt ran) or -1 (lease lost: not the caller's any more, nothing changed).
 --
--- GETDEL takes the record out in one call; when it is not the caller's (rare: the lease was
--- lost) it is put back unchanged, with the absolute expiry it carries, before anything else runs.
--- The marker goes into the newest bucket together with a one-byte sentinel field '_': HSET
--- answers 2 only when both were new, i.e. when this call created the bucket, and only then is
--- the bucket's expiry set. A bucket covers one width and expires as a whole `retention` after
--- the end of its width, so a marker lives between retention and retention + width.
-local now = server_ms()
-local retention = tonumber(ARGV[1])
-local width = tonumber(ARGV[2])
-local bmin = math.floor((now - retention) / width)
-local bmax = math.floor(now / width)
-local sfx = {}
-for b = bmax, bmin, -1 do
-  sfx[#sfx + 1] = string.format('%d', b)
+-- The message's field is found in the live buckets: an in-flight value of the caller's owner
+-- and fence, or a pointer to a record of the caller's, becomes the DONE marker (moved to the
+-- newest bucket, write_done); the record and the sub-markers go.
+local now = server_time()
+local bmax, bmin = live(now)
+if not bmax then
+  return skew()
 end
-local newest = sfx[1]
-local expire_at = string.format('%d', (bmax + 1) * width + retention)
 local out = {}
-for i = 1, #ARGV - 2 do
-  local b = ARGV[2 + i]
-  -- one string.byte reads the length bytes, in their order in lib/guard_record.def
-  local sl, rl, fl = string.byte(b, L_STEM, L_FIELD)
-  local s0 = L_FIELD + 1
-  local rk = string.sub(b, s0 + sl, s0 + sl + rl - 1)
-  local p = s0 + sl + rl
-  local pfx = string.sub(b, p + fl)
-  local v = redis.call('GETDEL', rk)
-  if v and string.sub(v, 1, #pfx) == pfx then
-    -- the payload tag F_TAG follows the ownership prefix
-    local e = string.find(v, '|', #pfx + 1, true)
-    local bk = string.sub(b, s0, s0 + sl - 1) .. newest
-    if redis.call('HSET', bk, string.sub(b, p, p + fl - 1), string.sub(v, #pfx + 1, e - 1), '_',
-                  '') == 2 then
-      redis.call('PEXPIREAT', bk, expire_at)
+for i = 1, #KEYS / KPM do
+  local a = 4 + (i - 1) * 4
+  local field, owner, fence, tag = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local b, v = find(i, field, bmax, bmin, nil)
+  local res = -1
+  if not v then
+    res = -1
+  elseif is_inflight(v) then
+    if inf_mine(v, owner, fence) then
+      write_done(i, field, tag ~= '' and tag or '0', b, bmax)
+      redis.call('DEL', plugins_key(i))
+      res = 0
     end
-    out[i] = 0
-  elseif v then
-    -- Not the caller's record: put it back as it was. (A record this layout cannot read keeps
-    -- a TTL too: the retention.)
-    local f = rec_split(v)
-    if f and tonumber(f[F_EXP]) then
-      redis.call('SET', rk, v, 'PXAT', f[F_EXP])
-    else
-      redis.call('SET', rk, v, 'PX', retention)
+  elseif is_pointer(v) then
+    local old = redis.call('GET', record_key(i))
+    local f = old and rec_split(old) or nil
+    if f and f[F_ST] == 'P' and f[F_OWNER] == owner and f[F_FENCE] == fence then
+      write_done(i, field, tag ~= '' and tag or f[F_TAG], b, bmax)
+      redis.call('DEL', record_key(i), plugins_key(i))
+      res = 0
     end
-    out[i] = -1
-  else
-    -- No record: a retried complete whose first attempt ran finds its marker; anything else
-    -- (expired record, never claimed) is lease lost.
-    out[i] = -1
-    local stem, field = string.sub(b, s0, s0 + sl - 1), string.sub(b, p, p + fl - 1)
-    for j = 1, #sfx do
-      if redis.call('HEXISTS', stem .. sfx[j], field) == 1 then
-        out[i] = 1
-        break
-      end
-    end
+  elseif is_done(v) then
+    res = 1
   end
+  out[i] = res
 end
 return out

@@ -1,20 +1,40 @@
--- plugin_done: record that one plugin finished, with its small result.
+-- plugin_done: record that one plugin finished, with its small result (the script form; the
+-- native design writes the same sub-marker with HSETNX, lib/guard_native.c).
 --
--- KEYS[i]   the in-flight record of message i
--- ARGV: 3 per message: ownership prefix 'P|owner|fence|', plugin name, result
+-- KEYS      KPM per message (see _record.lua)
+-- ARGV[1..4] NB, TB_HI, bucket width ms, DONE retention ms
+-- ARGV[5]   in-flight TTL ms; then 4 per message: the marker field, 'owner|fence', the plugin's
+--   name, its result
 -- Returns per message 0 (recorded) or -1 (lease lost: nothing changed).
 --
--- The results live inside the record string, so they need no key of their own, vanish with the
--- record on complete (one GETDEL) and share its TTL (KEEPTTL).
+-- The first result recorded for a plugin stays (HSETNX): a sub-marker is never overwritten.
+local now = server_time()
+local bmax, bmin = live(now)
+if not bmax then
+  return skew()
+end
+local ttl = tonumber(ARGV[5])
 local out = {}
-for i = 1, #KEYS do
-  local a = (i - 1) * 3
-  local pfx = ARGV[a + 1]
-  local v = redis.call('GET', KEYS[i])
-  local f = (v and string.sub(v, 1, #pfx) == pfx) and rec_split(v) or nil
-  if f then
-    f.plugins = plugins_put(f.plugins, ARGV[a + 2], ARGV[a + 3])
-    redis.call('SET', KEYS[i], rec_join(f), 'KEEPTTL')
+for i = 1, #KEYS / KPM do
+  local a = 5 + (i - 1) * 4
+  local field, who = ARGV[a + 1], ARGV[a + 2]
+  local owner = string.sub(who, 1, OWNER_LEN)
+  local fence = string.sub(who, OWNER_LEN + 2)
+  local _, v = find(i, field, bmax, bmin, nil)
+  local mine = false
+  if v and is_inflight(v) then
+    mine = inf_mine(v, owner, fence)
+  elseif v and is_pointer(v) then
+    local old = redis.call('GET', record_key(i))
+    local f = old and rec_split(old) or nil
+    mine = f ~= nil and f[F_ST] == 'P' and f[F_OWNER] == owner and f[F_FENCE] == fence
+  end
+  if mine then
+    local pk = plugins_key(i)
+    redis.call('HSETNX', pk, ARGV[a + 3], ARGV[a + 4])
+    if redis.call('PTTL', pk) < ttl then
+      redis.call('PEXPIRE', pk, ttl)
+    end
     out[i] = 0
   else
     out[i] = -1

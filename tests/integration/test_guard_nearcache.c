@@ -14,6 +14,12 @@
 
 #include "donecache_int.h"
 #include "guardtest.h"
+
+/* What a claim answered by Redis costs in each design: the Lua design one script call in one
+ * round trip; the native one no script, and for a duplicate two round trips (its HSETNX finds
+ * the field taken, then reads it). */
+#define SCRIPTS(n) (gt_design() == WXG_GUARD_DESIGN_LUA ? (n) : 0)
+#define DUP_TRIPS  (gt_design() == WXG_GUARD_DESIGN_LUA ? 1u : 2u)
 #include "testenv.h"
 #include "wxguard/guard.h"
 
@@ -122,7 +128,7 @@ static void a_completed_message_is_a_duplicate_for_every_sharing_handle_without_
     assert_int_equal(wxg_guard_claim_batch(f->g1, mixed, 3, out), 0);
     wxg_guard_stats_t after = stats(f->g1);
     assert_int_equal(after.round_trips, before.round_trips + 1);
-    assert_int_equal(after.script_calls, before.script_calls + 1);
+    assert_int_equal(after.script_calls, before.script_calls + SCRIPTS(1));
     assert_int_equal(after.local_duplicates, before.local_duplicates + 2);
     assert_int_equal(out[0].outcome, WXG_GUARD_DUPLICATE);
     assert_int_equal(out[0].cached, 1);
@@ -177,8 +183,8 @@ static void a_handle_without_the_cache_still_gets_duplicate_from_redis(void **st
     assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
     assert_int_equal(d.cached, 0);
     wxg_guard_stats_t after = stats(f->plain);
-    assert_int_equal(after.script_calls, before.script_calls + 1);
-    assert_int_equal(after.round_trips, before.round_trips + 1);
+    assert_int_equal(after.script_calls, before.script_calls + SCRIPTS(1));
+    assert_int_equal(after.round_trips, before.round_trips + DUP_TRIPS);
     assert_int_equal(after.local_duplicates, 0);
 }
 
@@ -206,7 +212,7 @@ static void only_a_complete_that_wrote_the_marker_fills_the_cache(void **state)
         assert_int_equal(wxg_guard_claim(f->g1, key, strlen(key), hash_a, &d), 0);
         assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
         assert_int_equal(d.cached, 0);
-        assert_int_equal(stats(f->g1).script_calls, before.script_calls + 1);
+        assert_int_equal(stats(f->g1).round_trips, before.round_trips + DUP_TRIPS);
     }
     /* A stale owner's complete (LEASE_LOST) is not remembered. */
     const char *key2 = "bot1:n:2300002";
@@ -260,7 +266,7 @@ static void an_expired_entry_falls_through_to_redis(void **state)
     assert_int_equal(wxg_guard_claim(g, key, strlen(key), hash_a, &d), 0);
     assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
     assert_int_equal(d.cached, 0);
-    assert_int_equal(stats(g).script_calls, before.script_calls + 1);
+    assert_true(stats(g).round_trips > before.round_trips); /* Redis answered */
     wxg_guard_destroy(g);
 }
 

@@ -46,6 +46,7 @@ static int teardown(void **state)
 static void acl_conf(fixture *f, wxg_guard_conf_t *c, const char *prefix, const char *password)
 {
     wxg_guard_conf_init(c);
+    c->design = gt_design();
     c->port = f->redis.port;
     c->prefix = prefix;
     c->user = USER;

@@ -707,7 +707,7 @@ void fakeguard_set_done(fakeguard_t *f, const char *key)
     if (r) {
         r->st = WXG_GUARD_DONE;
         r->owner[0] = '\0';
-        r->tag = 0;
+        r->tag = wxg__guard_payload_tag(NULL); /* what a claim without a payload carries */
         plugins_clear(r);
     }
     pthread_mutex_unlock(&f->mu);

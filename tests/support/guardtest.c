@@ -31,6 +31,13 @@ void gt_conf(wxg_guard_conf_t *c, const char *host, int port, const char *tag, c
     c->lease_ms = 10000;
     c->reconnect_min_ms = 10;
     c->reconnect_max_ms = 200;
+    c->design = gt_design();
+}
+
+int gt_design(void)
+{
+    const char *d = getenv("WXG_TEST_GUARD_DESIGN");
+    return d && strcmp(d, "lua") == 0 ? WXG_GUARD_DESIGN_LUA : WXG_GUARD_DESIGN_NATIVE;
 }
 
 wxg_guard_t *gt_open(const wxg_guard_conf_t *c)
@@ -151,9 +158,9 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
 {
     /* The commands the guard needs: the same set as docs/guard.md §7. */
     static const char *const rules[] = {
-        "+evalsha", "+script|load", "+ping",    "+wait",    "+time",
-        "+hget",    "+hset",        "+hexists", "+pexpire", "+pexpireat",
-        "+pttl",    "+get",         "+set",     "+getdel",  "+client|setname",
+        "+evalsha",   "+script|load", "+ping",    "+wait", "+time",    "+hget",
+        "+hset",      "+hsetnx",      "+hincrby", "+hdel", "+hgetall", "+pexpire",
+        "+pexpireat", "+pttl",        "+get",     "+set",  "+del",     "+client|setname",
     };
     char pass[600], keyrule[300];
     snprintf(pass, sizeof pass, ">%s", password);

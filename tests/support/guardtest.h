@@ -16,10 +16,15 @@
 #include "wxguard/guard.h"
 
 /* Defaults for a test: the given server, a fresh prefix "t<pid>-<tag>-<random>:", short
- * timeouts, and a DONE layout sized for tests. The prefix lives in a static buffer per call
- * site's `buf` (at least 64 bytes). */
+ * timeouts, the design of gt_design(), and a DONE layout sized for tests. The prefix lives in a
+ * static buffer per call site's `buf` (at least 64 bytes). */
 void gt_conf(wxg_guard_conf_t *c, const char *host, int port, const char *tag, char *buf,
              size_t bufsize);
+
+/* The design the guard's tests run against: WXG_GUARD_DESIGN_LUA when the environment has
+ * WXG_TEST_GUARD_DESIGN=lua (the *_lua registrations in tests/integration/CMakeLists.txt), else
+ * the default, native. gt_conf() sets it. */
+int gt_design(void);
 
 /* wxg_guard_new() that fails the test with the error text on failure. */
 wxg_guard_t *gt_open(const wxg_guard_conf_t *c);

@@ -587,7 +587,8 @@ static int guard_conf_differs(const wxg_guard_conf_t *a, const wxg_guard_conf_t 
            str_differs(a->tls_key_password, b->tls_key_password) ||
            str_differs(a->tls_server_name, b->tls_server_name) || a->tls_verify != b->tls_verify ||
            a->sentinel_tls != b->sentinel_tls || str_differs(a->client_name, b->client_name) ||
-           a->lease_ms != b->lease_ms || a->inflight_ttl_ms != b->inflight_ttl_ms ||
+           a->design != b->design || a->lease_ms != b->lease_ms ||
+           a->inflight_ttl_ms != b->inflight_ttl_ms ||
            a->done_retention_ms != b->done_retention_ms ||
            a->failed_retention_ms != b->failed_retention_ms ||
            a->wait_replicas != b->wait_replicas || a->wait_timeout_ms != b->wait_timeout_ms ||
@@ -758,6 +759,7 @@ static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
                        "redis.command.timeout.ms = 3s\n"
                        "redis.probe.interval.ms = 0\n"
                        "redis.key.prefix = app:one:\n"
+                       "guard.design = lua\n"
                        "guard.lease.ms = 10s\n"
                        "guard.done.retention = 2d\n"
                        "guard.failed.retention = 3d\n"
@@ -804,6 +806,7 @@ static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
     assert_int_equal(m.guard.connect_timeout_ms, 1500);
     assert_int_equal(m.guard.command_timeout_ms, 3000);
     assert_string_equal(m.guard.prefix, "app:one:");
+    assert_int_equal(m.guard.design, WXG_GUARD_DESIGN_LUA);
     assert_int_equal(m.guard.lease_ms, 10000);
     assert_int_equal(m.guard.done_retention_ms, 2LL * 24 * 3600 * 1000);
     assert_int_equal(m.guard.failed_retention_ms, 3LL * 24 * 3600 * 1000);
