@@ -25,9 +25,8 @@
  *              script then decides. Any other result means the field held something else (the
  *              marker of a retried complete, or nothing): the increment is undone, or the
  *              missing marker written, in a second round trip, and the answer is ALREADY_DONE,
- *              LEASE_LOST or OK accordingly. Only tickets whose lease is known to be live by
- *              this machine's clock (with the command timeout and a margin to spare) complete
- *              natively; a lease that may have run out goes to the script.
+ *              LEASE_LOST or OK accordingly. As with the script, a lease that ran out without
+ *              a takeover still completes: the field still holds this claim's value.
  *   plugin_done HGET <the claim's bucket> <field>, HSETNX <sub-marker hash> <plugin> <result>,
  *              PEXPIRE NX and GT: the first result of a plugin stays, the TTL of a FAILED
  *              message's hash is never shortened, and the HGET tells whether the message was
@@ -514,16 +513,13 @@ static int native_claim(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
  * Tickets
  */
 
-/* Whether ticket t may take a native step at the estimated server time now_ms, whose newest
- * time bucket is tb (-1: too close to a boundary): its claim was native in that bucket, and its
- * lease is known to be live, by this machine's clock, for longer than a command may take. */
-static int ticket_native(const wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, int64_t now_ms,
-                         int64_t tb)
+/* Whether ticket t may take a native step now, when the newest time bucket is tb (-1: too
+ * close to a boundary): its claim was native, in that bucket. Its lease need not be live: as
+ * with a script, what decides is whether the field still holds its value (HINCRBY's arithmetic
+ * for complete, the HGET beside a sub-marker), and a takeover replaced that value. */
+static int ticket_native(const wxg_guard_ticket_t *t, int64_t tb)
 {
-    if (tb < 0 || t->native_bucket != tb + 1)
-        return 0;
-    int64_t lease_end = (int64_t)(t->fence / 1000); /* a native claim's fence: its lease's end */
-    return now_ms + rg->conf.command_timeout_ms + WXG__CLOCK_MARGIN_MS < lease_end;
+    return tb >= 0 && t->native_bucket == tb + 1;
 }
 
 /* The names of ticket t's message into k (and its fingerprint into fp). */
@@ -691,7 +687,7 @@ static int native_plugin_done(wxg_guard_t *g, const wxg_guard_plugin_done_t *ite
     rc = native && st ? 0 : WXG_ENOMEM;
     size_t m = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
-        m += native[i] = (char)ticket_native(rg, items[i].ticket, now_ms, tb);
+        m += native[i] = (char)ticket_native(items[i].ticket, tb);
     if (rc == 0 && m > 0)
         rc = plugin_done_native(rg, items, n, results, native, st, tb);
     if (rc == 0)
@@ -881,7 +877,7 @@ static int native_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n
             memcpy(fps[i], t[i].fingerprint, 32);
         else
             rc = wxg__guard_fingerprint(t[i].key, t[i].key_len, fps[i]);
-        m += native[i] = (char)(t[i].payload_tag_set && ticket_native(rg, &t[i], now_ms, tb));
+        m += native[i] = (char)(t[i].payload_tag_set && ticket_native(&t[i], tb));
     }
     if (rc == 0 && m > 0)
         rc = complete_native(rg, t, n, results, native, tb);

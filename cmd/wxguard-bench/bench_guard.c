@@ -1,12 +1,14 @@
 /*
  * wxguard-bench guard: what the idempotency guard costs Redis, beside a naive design.
  *
- * Real design ("lua"): the wxguard guard (claim and complete as batched Lua script calls,
- * compact time-bucketed DONE markers). Naive design: two round trips per message, SET key owner
- * NX PX <lease> to claim and SET key D EX <retention> to mark DONE, one key per marker. Seed
- * design: the Node.js middleware wxguard replaced, four plain round trips per message (GET
- * processed:<key>; SET lock:<key> NX PX; the handler; SET processed:<key> EX 7d; DEL lock:<key>)
- * with 64 messages in flight per connection, i.e. each step of 64 messages in one round trip.
+ * The wxguard guard in its two designs on the same layout (compact time-bucketed DONE markers,
+ * a message's state in its bucket's field): "native" (the default: claim and complete as
+ * pipelined native commands) and "lua" (every transition a batched Lua script call). Naive design:
+ * two round trips per message, SET key owner NX PX <lease> to claim and SET key D EX <retention> to
+ * mark DONE, one key per marker. Seed design: the Node.js middleware wxguard replaced, four plain
+ * round trips per message (GET processed:<key>; SET lock:<key> NX PX; the handler; SET
+ * processed:<key> EX 7d; DEL lock:<key>) with 64 messages in flight per connection, i.e. each step
+ * of 64 messages in one round trip.
  * --dup R makes a share R of the lua and seed designs' deliveries repeat a message completed
  * one or two batches earlier; --rate (bench_rate.c) measures memory per marker at a rate.
  *
@@ -35,7 +37,7 @@
 #include "wxguard/conf.h"
 #include "wxguard/guard.h"
 
-enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2, DESIGN_DUP = 4, DESIGN_SEED = 8 };
+enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2, DESIGN_DUP = 4, DESIGN_SEED = 8, DESIGN_NATIVE = 16 };
 
 typedef struct opts {
     const char *host;
@@ -429,6 +431,7 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
 {
     char prefix[32];
     wxg_guard_conf_t conf = real_conf(o, prefix, sizeof prefix, run, messages);
+    conf.design = design == DESIGN_NATIVE ? WXG_GUARD_DESIGN_NATIVE : WXG_GUARD_DESIGN_LUA;
     job *jobs = calloc((size_t)threads, sizeof *jobs);
     pthread_t *th = calloc((size_t)threads, sizeof *th);
     if (!jobs || !th)
@@ -576,7 +579,7 @@ static void memory_phase(const opts *o, redisContext *admin, int design, unsigne
     *failures = r.failures;
 }
 
-/* "lua,naive,seed" -> design bits; exits on an unknown name. */
+/* "native,lua,naive,seed" -> design bits; exits on an unknown name. */
 static int parse_designs(const char *list)
 {
     int d = 0;
@@ -584,12 +587,14 @@ static int parse_designs(const char *list)
         size_t n = strcspn(p, ",");
         if (n == 3 && strncmp(p, "lua", 3) == 0)
             d |= DESIGN_REAL;
+        else if (n == 6 && strncmp(p, "native", 6) == 0)
+            d |= DESIGN_NATIVE;
         else if (n == 5 && strncmp(p, "naive", 5) == 0)
             d |= DESIGN_NAIVE;
         else if (n == 4 && strncmp(p, "seed", 4) == 0)
             d |= DESIGN_SEED;
         else
-            die("unknown design '%.*s' (lua, naive, seed)", (int)n, p);
+            die("unknown design '%.*s' (native, lua, naive, seed)", (int)n, p);
         p += n;
         if (*p == ',')
             p++;
@@ -613,10 +618,11 @@ static void usage(FILE *f)
             "                   claim probes retention / W + 1 buckets\n"
             "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
             "50000; 0 skips it)\n"
-            "  --design LIST    designs to run, alternating: lua, naive, seed (default\n"
-            "                   lua,naive); seed = GET, SET NX PX, SET EX, DEL per message,\n"
-            "                   64 in flight\n"
-            "  --dup R          share of deliveries (lua, seed) that repeat a finished message\n"
+            "  --design LIST    designs to run, alternating: native, lua, naive, seed (default\n"
+            "                   native,lua,naive); seed = GET, SET NX PX, SET EX, DEL per\n"
+            "                   message, 64 in flight\n"
+            "  --dup R          share of deliveries (native, lua, seed) that repeat a finished\n"
+            "                   message\n"
             "  --rounds N       run the whole table N times (default 1)\n"
             "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
             "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
@@ -635,7 +641,7 @@ int wxgb_guard_main(int argc, char **argv)
               .nthreads = 4,
               .messages = 40000,
               .batch = 64,
-              .designs = DESIGN_REAL | DESIGN_NAIVE,
+              .designs = DESIGN_NATIVE | DESIGN_REAL | DESIGN_NAIVE,
               .markers = 1000000,
               .rb_requests = 50000,
               .memory_threads = 4,
@@ -652,7 +658,7 @@ int wxgb_guard_main(int argc, char **argv)
         } else if (strcmp(a, "--naive") == 0) {
             o.designs = DESIGN_NAIVE;
         } else if (strcmp(a, "--real") == 0) {
-            o.designs = DESIGN_REAL;
+            o.designs = DESIGN_NATIVE | DESIGN_REAL;
         } else if (strcmp(a, "--design") == 0 && v) {
             o.designs = parse_designs(v);
             i++;
@@ -781,7 +787,7 @@ int wxgb_guard_main(int argc, char **argv)
         for (int ti = 0; ti < o.nthreads; ti++) {
             int t = o.threads[ti];
             double rb = o.rb_requests > 0 ? redis_benchmark(&o, sha, t) : -1;
-            for (int d = DESIGN_REAL; d <= DESIGN_SEED; d *= 2) {
+            for (int d = DESIGN_REAL; d <= DESIGN_NATIVE; d *= 2) {
                 if (!(o.designs & (d == DESIGN_DUP ? DESIGN_REAL : d)))
                     continue;
                 if (d == DESIGN_DUP && o.dup > 0)
@@ -798,10 +804,11 @@ int wxgb_guard_main(int argc, char **argv)
                     snprintf(ratio, sizeof ratio, "%.2f", rr.pairs_per_s / rb);
                 }
                 printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %.2f | %llu |\n",
-                       d == DESIGN_REAL   ? "lua (batched, compact)"
-                       : d == DESIGN_DUP  ? "lua, duplicate claims only"
-                       : d == DESIGN_SEED ? "seed (4 round trips, 64 in flight)"
-                                          : "naive (SET NX + SET EX)",
+                       d == DESIGN_REAL     ? "lua (batched, compact)"
+                       : d == DESIGN_NATIVE ? "native (pipelined, compact)"
+                       : d == DESIGN_DUP    ? "lua, duplicate claims only"
+                       : d == DESIGN_SEED   ? "seed (4 round trips, 64 in flight)"
+                                            : "naive (SET NX + SET EX)",
                        t, rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg, rr.calls_per_msg,
                        rr.cpu_us_per_msg, (unsigned long long)rr.failures);
                 fflush(stdout);
@@ -812,13 +819,15 @@ int wxgb_guard_main(int argc, char **argv)
         printf("\n| design | DONE markers | used_memory growth per marker (bytes) | write time "
                "(s) | failures |\n|---|---:|---:|---:|---:|\n");
         fflush(stdout);
-        for (int d = DESIGN_REAL; d <= DESIGN_NAIVE; d++) {
+        static const int mem_designs[3] = {DESIGN_NATIVE, DESIGN_REAL, DESIGN_NAIVE};
+        for (int k = 0; k < 3; k++) {
+            int d = mem_designs[k];
             if (!(o.designs & d))
                 continue;
             double bpm = 0, secs = 0;
             uint64_t fails = 0;
             memory_phase(&o, admin, d, run++, &bpm, &secs, &fails);
-            if (d == DESIGN_REAL) {
+            if (d != DESIGN_NAIVE) {
                 /* Say which geometry the figure belongs to. */
                 char prefix[32], layout[256] = "";
                 wxg_guard_conf_t c = real_conf(&o, prefix, sizeof prefix, run - 1, o.markers);
@@ -830,7 +839,9 @@ int wxgb_guard_main(int argc, char **argv)
                 fprintf(stderr, "real-design layout: %s\n", layout);
             }
             printf("| %s | %llu | %.1f | %.1f | %llu |\n",
-                   d == DESIGN_REAL ? "wxguard compact marker" : "naive key per marker",
+                   d == DESIGN_REAL     ? "wxguard compact marker (lua)"
+                   : d == DESIGN_NATIVE ? "wxguard compact marker (native)"
+                                        : "naive key per marker",
                    (unsigned long long)o.markers, bpm, secs, (unsigned long long)fails);
             fflush(stdout);
         }
