@@ -43,6 +43,7 @@
 #include "rcluster_int.h"
 
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -868,23 +869,12 @@ static void entries_unknown(run *R, node *nd, size_t e, int rc, const char *why)
     note(&R->rc_unknown, R->err_unknown, sizeof R->err_unknown, rc, why);
 }
 
-/* Reads node nd's replies and hands each to its command. */
-static void collect_node(wxg__rcluster_t *c, run *R, int k, int64_t deadline, int flush_rc,
-                         const char *flush_err)
+/* Hands node k's `got` replies to their commands; rc != 0: the exchange failed after them (the
+ * rest have an unknown outcome, the connection is gone). Frees reps. */
+static void settle_node(wxg__rcluster_t *c, run *R, int k, redisReply **reps, size_t got, int rc,
+                        const char *why)
 {
     node *nd = c->nodes[k];
-    redisReply **reps = calloc(nd->nent, sizeof *reps);
-    size_t got = 0;
-    char why[512];
-    int rc = flush_rc;
-    if (rc)
-        snprintf(why, sizeof why, "%s", flush_err);
-    else if (!reps)
-        rc = WXG_ENOMEM;
-    else
-        rc = wxg__rconn_collect(nd->conn, deadline, reps, &got, why, sizeof why);
-    if (rc == WXG_ENOMEM && !reps)
-        snprintf(why, sizeof why, "out of memory");
     for (size_t e = 0; e < got; e++) {
         int x = nd->ent[e];
         redisReply *r = reps[e];
@@ -912,28 +902,72 @@ static void collect_node(wxg__rcluster_t *c, run *R, int k, int64_t deadline, in
     nd->nent = 0;
 }
 
-/* Sends every node's share and reads every node's replies: all written first, then read. */
+/* One node's exchange in a round. */
+typedef struct xchg {
+    int k; /* node index */
+    redisReply **reps;
+    size_t got;
+    short events;
+} xchg;
+
+/* Sends every node's share and reads every node's replies, all nodes at once: each connection
+ * moves what it can without waiting, then one poll() waits for any of them. A node that is slow
+ * or stopped delays no other node's replies; at the deadline what a node has not answered has
+ * an unknown outcome. */
 static void exchange_round(wxg__rcluster_t *c, run *R, int64_t deadline)
 {
-    int *frc = calloc((size_t)c->nnodes, sizeof *frc);
-    char(*ferr)[256] = calloc((size_t)c->nnodes, sizeof *ferr);
+    xchg *x = calloc((size_t)c->nnodes, sizeof *x);
+    struct pollfd *pf = calloc((size_t)c->nnodes, sizeof *pf);
+    int nx = 0;
     for (int k = 0; k < c->nnodes; k++) {
         node *nd = c->nodes[k];
         if (nd->nent == 0)
             continue;
-        int rc = frc && ferr ? wxg__rconn_flush(nd->conn, deadline, ferr[k], sizeof ferr[k])
-                             : WXG_ENOMEM;
-        if (frc)
-            frc[k] = rc;
-    }
-    for (int k = 0; k < c->nnodes; k++) {
-        if (c->nodes[k]->nent == 0)
+        redisReply **reps = x && pf ? calloc(nd->nent, sizeof *reps) : NULL;
+        if (!reps) {
+            /* Nothing was sent on it yet: its commands never ran, but the connection holds
+             * them appended, so it is closed. */
+            for (size_t e = 0; e < nd->nent; e++)
+                if (nd->ent[e] >= 0)
+                    finish(R, (size_t)nd->ent[e], WXG_ENOMEM);
+            note(&R->rc_other, R->err_other, sizeof R->err_other, WXG_ENOMEM, "out of memory");
+            node_close(nd);
+            nd->nent = 0;
             continue;
-        collect_node(c, R, k, deadline, frc ? frc[k] : WXG_ENOMEM,
-                     ferr ? ferr[k] : "out of memory");
+        }
+        x[nx++] = (xchg){.k = k, .reps = reps};
     }
-    free(frc);
-    free(ferr);
+    while (nx > 0) {
+        int np = 0;
+        for (int a = 0; a < nx;) {
+            node *nd = c->nodes[x[a].k];
+            char why[512];
+            int rc = wxg__rconn_collect_some(nd->conn, x[a].reps, &x[a].got, &x[a].events, why,
+                                             sizeof why);
+            if (rc || x[a].events == 0) {
+                settle_node(c, R, x[a].k, x[a].reps, x[a].got, rc, why);
+                x[a] = x[--nx];
+                continue;
+            }
+            pf[np++] = (struct pollfd){.fd = wxg__rconn_fd(nd->conn), .events = x[a].events};
+            a++;
+        }
+        if (nx == 0)
+            break;
+        int64_t left = deadline - wxg__mono_ms();
+        if (left <= 0) {
+            for (int a = 0; a < nx; a++) {
+                char why[512];
+                node *nd = c->nodes[x[a].k];
+                int rc = wxg__rconn_expired(nd->conn, x[a].got, why, sizeof why);
+                settle_node(c, R, x[a].k, x[a].reps, x[a].got, rc, why);
+            }
+            break;
+        }
+        (void)poll(pf, (nfds_t)np, left > 1000000 ? 1000000 : (int)left);
+    }
+    free(x);
+    free(pf);
 }
 
 static void sleep_ms(int64_t ms)
