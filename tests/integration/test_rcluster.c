@@ -30,6 +30,7 @@
 #include "rcluster_int.h"
 #include "testenv.h"
 #include "wxguard/err.h"
+#include "wxguard/guard.h"
 
 /* ---- Helpers: commands on one node (plain connections of the fixture) ---- */
 
@@ -722,6 +723,85 @@ static void a_node_down_without_a_replica_gives_clear_errors_then_recovers(void 
     wxg_test_cluster_stop(&C);
 }
 
+static void a_tls_cluster_works_end_to_end_for_the_client_and_the_guard(void **state)
+{
+    (void)state;
+    char *pki = wxg_test_pki_make();
+    if (!pki)
+        fail_msg("cannot make the test certificates");
+    wxg_test_cluster_t C;
+    if (wxg_test_cluster_start_tls(&C, 3, 1, pki) != 0)
+        fail_msg("cannot start the TLS cluster");
+    char ca[600];
+    snprintf(ca, sizeof ca, "%s/ca.crt", pki);
+    /* The server certificate names 127.0.0.1: each node is verified under its own address. */
+    wxg__rtls_conf_t tls = {.ca_file = ca, .verify = 1};
+    wxg__rcluster_t *c = client(C.seeds, &tls);
+    assert_int_equal(wxg__rcluster_primaries(c), 3);
+    char(*keys)[24] = keys_per_slot();
+    batch b = {0};
+    for (int s = 0; s < WXG__RC_SLOTS; s += 3) {
+        batch_add(&b, 3, (const char *[]){"SET", keys[s], keys[s]});
+        batch_add(&b, 2, (const char *[]){"GET", keys[s]});
+    }
+    long long acks = 0;
+    char err[512] = "";
+    /* WAIT 1: the replicas follow over TLS (tls-replication). */
+    int rc = wxg__rcluster_run(c, b.cmds, b.n, 10000 * wxg_test_scale(), 1, 2000 * wxg_test_scale(),
+                               b.replies, b.codes, &acks, err, sizeof err);
+    if (rc)
+        fail_msg("run over TLS: %s", err);
+    assert_int_equal(acks, 1);
+    for (size_t i = 1; i < b.n; i += 2)
+        assert_reply_str(b.replies[i], b.cmds[i].argv[1]);
+    batch_free(&b);
+    wxg__rcluster_free(c);
+
+    /* A client that does not trust the CA is refused with the reason. */
+    char other[600];
+    snprintf(other, sizeof other, "%s/other-ca.crt", pki);
+    wxg__rtls_conf_t bad = {.ca_file = other, .verify = 1};
+    wxg__rcluster_conf_t conf = {.seeds = C.seeds, .tls = &bad, .connect_timeout_ms = 2000};
+    rc = 0;
+    assert_null(wxg__rcluster_new(&conf, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_ECONN);
+    if (!strstr(err, "not signed by a trusted CA"))
+        fail_msg("unexpected error: %s", err);
+
+    /* The guard over the same TLS cluster. */
+    wxg_guard_conf_t gc;
+    wxg_guard_conf_init(&gc);
+    gc.cluster_nodes = C.seeds;
+    gc.tls = 1;
+    gc.tls_ca_file = ca;
+    gc.prefix = "tlscl:";
+    gc.wait_replicas = 1;
+    gc.wait_timeout_ms = 2000 * wxg_test_scale();
+    gc.command_timeout_ms = 5000 * wxg_test_scale();
+    int gerr = 0;
+    wxg_guard_t *g = wxg_guard_new(&gc, &gerr, err, sizeof err);
+    if (!g)
+        fail_msg("wxg_guard_new over TLS: %s", err);
+    for (int i = 0; i < 200; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "tlsbot:n:%d", 4000 + i);
+        wxg_guard_claim_t cl;
+        assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &cl), 0);
+        assert_int_equal(cl.outcome, WXG_GUARD_CLAIMED);
+        int already = 0;
+        assert_int_equal(wxg_guard_complete(g, &cl.ticket, &already), 0);
+        wxg_guard_claim_clear(&cl);
+        assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &cl), 0);
+        assert_int_equal(cl.outcome, WXG_GUARD_DUPLICATE);
+    }
+    assert_int_equal(wxg_guard_ping(g), 0);
+    wxg_guard_destroy(g);
+    free(keys);
+    wxg_test_cluster_stop(&C);
+    wxg_test_rmtree(pki);
+    free(pki);
+}
+
 int main(void)
 {
     const struct CMUnitTest shared_tests[] = {
@@ -734,6 +814,7 @@ int main(void)
     const struct CMUnitTest own_tests[] = {
         cmocka_unit_test(a_killed_primary_is_replaced_by_its_replica_and_followed),
         cmocka_unit_test(a_node_down_without_a_replica_gives_clear_errors_then_recovers),
+        cmocka_unit_test(a_tls_cluster_works_end_to_end_for_the_client_and_the_guard),
     };
     int failed =
         cmocka_run_group_tests_name("shared cluster", shared_tests, shared_up, shared_down);
