@@ -51,6 +51,7 @@
 
 #include "clock_int.h"
 #include "err_int.h"
+#include "wxguard/conf.h"
 #include "wxguard/err.h"
 
 #define HOST_MAX      256
@@ -135,40 +136,16 @@ unsigned wxg__rcluster_slot(const char *key, size_t len)
  * Addresses and the node table
  */
 
-/* Parses "host:port" or "[v6]:port" of len bytes. 0 or -1. */
+/* Parses "host:port" or "[v6]:port" of len bytes (the configuration's address syntax), with a
+ * port 1..65535. 0 or -1. */
 static int parse_addr(const char *p, size_t len, char *host, size_t hsize, int *port)
 {
-    const char *h = p, *port_at;
-    size_t hl;
-    if (len > 0 && p[0] == '[') {
-        const char *close = memchr(p, ']', len);
-        if (!close || (size_t)(close - p) + 1 >= len || close[1] != ':')
-            return -1;
-        h = p + 1;
-        hl = (size_t)(close - h);
-        port_at = close + 2;
-    } else {
-        const char *colon = memchr(p, ':', len);
-        if (!colon || memchr(colon + 1, ':', len - (size_t)(colon - p) - 1))
-            return -1; /* an IPv6 address needs brackets */
-        hl = (size_t)(colon - p);
-        port_at = colon + 1;
-    }
-    size_t pl = len - (size_t)(port_at - p);
-    char digits[8];
-    if (hl == 0 || hl >= hsize || memchr(h, ' ', hl) || memchr(h, ',', hl) || pl == 0 ||
-        pl >= sizeof digits)
+    char one[ADDR_MAX + 4];
+    if (len == 0 || len >= sizeof one)
         return -1;
-    memcpy(digits, port_at, pl);
-    digits[pl] = '\0';
-    char *e = NULL;
-    long v = strtol(digits, &e, 10);
-    if (*e != '\0' || v < 1 || v > 65535)
-        return -1;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (int)v;
-    return 0;
+    memcpy(one, p, len);
+    one[len] = '\0';
+    return wxg_conf_parse_addr(one, host, hsize, port) == 0 && *port >= 1 ? 0 : -1;
 }
 
 /* Parses the seed list into c->seeds. 0 or -1. */
