@@ -411,6 +411,12 @@ static void a_killed_primary_is_followed_and_no_acknowledged_done_is_lost(void *
     kill(C.node[victim].pid, SIGKILL);
     waitpid(C.node[victim].pid, NULL, 0);
     C.node[victim].pid = 0;
+    /* Readiness: a primary that does not answer fails the ping, and the error names it. */
+    char port[16];
+    snprintf(port, sizeof port, ":%d", C.node[victim].port);
+    assert_int_not_equal(wxg_guard_ping(chk), 0);
+    if (!strstr(wxg_guard_last_error(chk), port))
+        fail_msg("the ping's error does not name the node: %s", wxg_guard_last_error(chk));
     /* Until the replica takes over, calls for the dead primary's shards fail; a failed call is
      * never a result. Every DONE written with WAIT 1 is still a duplicate afterwards. */
     int fails = 0;
