@@ -61,6 +61,7 @@ static int check_topic(const char *value, char *errstr, size_t errstr_size);
 static int check_topic_list(const char *value, char *errstr, size_t errstr_size);
 static int check_rate(const char *value, char *errstr, size_t errstr_size);
 static int check_power_of_two(const char *value, char *errstr, size_t errstr_size);
+static int check_node_list(const char *value, char *errstr, size_t errstr_size);
 
 /* One line per key (clang-format may wrap it). Each helper fills the fields its type needs. */
 // clang-format off
@@ -162,6 +163,20 @@ static const wxg_conf_keydef_t keys[] = {
     KSTR("redis.sentinel.password", "", 0, 512, C_ | T_, WXG_CONF_SECRET,
          "Password of the Sentinels (their requirepass), when they have one; "
          "redis.user and redis.password still authenticate to the primary."),
+    {.name = "redis.cluster.nodes",
+     .type = WXG_CONF_STRING,
+     .def = "",
+     .min = 0,
+     .max = 1024,
+     .programs = C_ | T_,
+     .desc = "Nodes of a Redis Cluster to read the slot map from, as host:port[,host:port...] "
+             "([address]:port for IPv6; a few of them, in case one is down). When set, wxguard "
+             "talks to the cluster: each command goes to the primary serving its key, "
+             "redirections and failovers are followed, redis.host, redis.port and "
+             "redis.unix.socket are not used, and redis.user, redis.password, redis.tls.* and "
+             "redis.client.name apply to every node. Cannot be combined with redis.sentinels; "
+             "redis.db must be 0.",
+     .check = check_node_list},
     KBOOL("redis.tls", "false", C_ | T_,
           "Connect to Redis over TLS 1.2 or newer, verifying the server's certificate "
           "(docs/operating.md)."),
@@ -861,6 +876,40 @@ static int check_rate(const char *value, char *errstr, size_t errstr_size)
         return WXG_EINVAL;
     }
     return 0;
+}
+
+/* "" or host:port[,host:port...] with ports 1..65535 (blanks around entries allowed). */
+static int check_node_list(const char *value, char *errstr, size_t errstr_size)
+{
+    if (*value == '\0')
+        return 0;
+    for (const char *p = value;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        char one[300], host[256];
+        int port = 0;
+        if (len == 0 || len >= sizeof one) {
+            wxg__errf(errstr, errstr_size, "an empty or overlong entry: need host:port[,...]");
+            return WXG_ECONFIG;
+        }
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (wxg_conf_parse_addr(one, host, sizeof host, &port) != 0 || port < 1) {
+            wxg__errf(errstr, errstr_size,
+                      "\"%s\" is not host:port with a port 1..65535 ([address]:port for IPv6)",
+                      one);
+            return WXG_ECONFIG;
+        }
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
 }
 
 static int check_power_of_two(const char *value, char *errstr, size_t errstr_size)

@@ -85,6 +85,21 @@ int wxg_conf_guard(const wxg_conf_t *conf, wxg_guard_conf_t *out, char *prefix, 
     gc.sentinel_master = optional(conf, "redis.sentinel.master");
     gc.sentinel_user = optional(conf, "redis.sentinel.user");
     gc.sentinel_password = optional(conf, "redis.sentinel.password");
+    gc.cluster_nodes = optional(conf, "redis.cluster.nodes");
+    if (gc.cluster_nodes && gc.sentinels) {
+        wxg__errf(errstr, errstr_size,
+                  "redis.cluster.nodes and redis.sentinels cannot both be set: a Redis Cluster "
+                  "fails over by itself; point redis.cluster.nodes at the cluster's nodes, or "
+                  "redis.sentinels at the Sentinels of one primary");
+        return WXG_ECONFIG;
+    }
+    if (gc.cluster_nodes && wxg_conf_int(conf, "redis.db") != 0) {
+        wxg__errf(errstr, errstr_size,
+                  "redis.db must be 0 with redis.cluster.nodes (a Redis "
+                  "Cluster has only database 0)");
+        return WXG_ECONFIG;
+    }
+    gc.cluster = gc.cluster_nodes != NULL; /* one shard per script call */
     gc.tls = wxg_conf_bool(conf, "redis.tls");
     gc.tls_ca_file = optional(conf, "redis.tls.ca.file");
     gc.tls_ca_path = optional(conf, "redis.tls.ca.path");

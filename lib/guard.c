@@ -152,6 +152,7 @@ wxg_guard_t *wxg__guard_new_ops(const wxg__guard_ops_t *ops, void *impl,
     g->conf.tls_key_password = NULL;
     g->conf.tls_server_name = NULL;
     g->conf.client_name = NULL;
+    g->conf.cluster_nodes = NULL;
     return g;
 }
 
@@ -231,7 +232,7 @@ static int conf_check_tls(const wxg_guard_conf_t *conf, char *errstr, size_t err
         wxg__errf(errstr, errstr_size, "a TLS client key needs its certificate (tls_cert_file)");
         return WXG_ECONFIG;
     }
-    if (conf->tls && conf->unix_path && !conf->sentinels) {
+    if (conf->tls && conf->unix_path && !conf->sentinels && !conf->cluster_nodes) {
         wxg__errf(errstr, errstr_size, "TLS over a Unix socket is not supported");
         return WXG_ECONFIG;
     }
@@ -260,6 +261,16 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         wxg__errf(errstr, errstr_size,
                   "invalid guard configuration: need lease_ms >= 10, inflight_ttl_ms >= lease_ms, "
                   "positive timeouts and retentions, batch_max 1..1024, a valid port and db");
+        return WXG_ECONFIG;
+    }
+    if (conf->cluster_nodes && *conf->cluster_nodes && conf->sentinels && *conf->sentinels) {
+        wxg__guard_errf(errstr, errstr_size,
+                        "Redis Cluster (cluster_nodes) and Sentinel (sentinels) cannot be used "
+                        "together: a cluster fails over by itself");
+        return WXG_ECONFIG;
+    }
+    if (conf->cluster_nodes && *conf->cluster_nodes && conf->db != 0) {
+        wxg__guard_errf(errstr, errstr_size, "Redis Cluster has only database 0 (db must be 0)");
         return WXG_ECONFIG;
     }
     if (conf->password && strlen(conf->password) == 0) {

@@ -396,9 +396,40 @@ static int admin_cmd(wxg__guard_redis_t *rg, int argc, const char **argv, const 
     return rc;
 }
 
+static int pong(void *arg, int node, const char *addr, const redisReply *r)
+{
+    (void)node;
+    wxg__guard_redis_t *rg = arg;
+    if (r->type == REDIS_REPLY_STATUS && r->len == 4 && memcmp(r->str, "PONG", 4) == 0)
+        return 0;
+    wxg__guard_set_error(rg->handle, "unexpected answer to PING from %s", addr);
+    return r->type == REDIS_REPLY_ERROR ? wxg__guard_refusal_code(r) : WXG_EREDIS;
+}
+
+/* Cluster mode: every primary must answer, since every one serves some messages. */
+static int cluster_ping(wxg__guard_redis_t *rg)
+{
+    int rc = wxg__guard_conn_ensure(rg);
+    if (rc == 0) {
+        const char *argv[] = {"PING"};
+        size_t lens[] = {4};
+        char why[512] = "";
+        rc = wxg__rcluster_each_primary(rg->cluster, 1, argv, lens, pong, rg, why, sizeof why);
+        if (rc && why[0])
+            wxg__guard_set_error(rg->handle, "%s", why);
+        if (rc == 0)
+            rg->stats->round_trips++;
+    }
+    if (rc)
+        wxg__guard_count_error(rg->stats, rc);
+    return rc;
+}
+
 int wxg__guard_admin_ping(wxg_guard_t *g)
 {
     wxg__guard_redis_t *rg = wxg__guard_impl(g);
+    if (rg->cluster_nodes)
+        return cluster_ping(rg);
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     redisReply *r = NULL;
@@ -443,12 +474,67 @@ static int scan_report(const redisReply *e, const redisReply *name, wxg_guard_sc
     return rc;
 }
 
+/* In cluster mode the walk goes through the primaries one after the other (in the order of the
+ * slots they serve); the cursor carries the primary's index in its top 16 bits and that
+ * primary's SCAN cursor in the rest. A map that changes during the walk (resharding, a
+ * failover) may make it miss or repeat records, as SCAN may anyway. */
+#define SCAN_NODE_SHIFT  48
+#define SCAN_CURSOR_MASK ((UINT64_C(1) << SCAN_NODE_SHIFT) - 1)
+
+/* Sends SCAN to the primary the cursor names. */
+static int cluster_scan_cmd(wxg__guard_redis_t *rg, uint64_t cursor, const char **argv,
+                            const size_t *lens, redisReply **page)
+{
+    int rc = wxg__guard_conn_ensure(rg);
+    if (rc == 0) {
+        int node = (int)(cursor >> SCAN_NODE_SHIFT);
+        if (node >= wxg__rcluster_primaries(rg->cluster)) {
+            wxg__guard_set_error(rg->handle,
+                                 "scan cursor names primary %d, but the cluster has %d now", node,
+                                 wxg__rcluster_primaries(rg->cluster));
+            return WXG_EINVAL;
+        }
+        rc = wxg__rcluster_on_primary(rg->cluster, node, 6, argv, lens, page, rg->last_error,
+                                      rg->last_error_size);
+    }
+    if (rc == 0 && (*page)->type == REDIS_REPLY_ERROR) {
+        rc = wxg__guard_refusal_code(*page);
+        wxg__guard_set_error(rg->handle, "Redis refused SCAN: %.*s",
+                             (int)((*page)->len > 200 ? 200 : (*page)->len), (*page)->str);
+        freeReplyObject(*page);
+        *page = NULL;
+    }
+    if (rc)
+        wxg__guard_count_error(rg->stats, rc);
+    else
+        rg->stats->round_trips++;
+    return rc;
+}
+
+/* The cluster cursor after a page of primary `node` whose own next cursor is v. */
+static int cluster_next(wxg__guard_redis_t *rg, uint64_t cursor, uint64_t v, uint64_t *next)
+{
+    uint64_t node = cursor >> SCAN_NODE_SHIFT;
+    if (v > SCAN_CURSOR_MASK) {
+        wxg__guard_set_error(rg->handle, "SCAN cursor too large to walk a cluster");
+        return WXG_EREDIS;
+    }
+    if (v != 0)
+        *next = (node << SCAN_NODE_SHIFT) | v;
+    else if ((int)node + 1 < wxg__rcluster_primaries(rg->cluster))
+        *next = (node + 1) << SCAN_NODE_SHIFT;
+    else
+        *next = 0;
+    return 0;
+}
+
 /* Reads one SCAN page of record names from *cursor: *page is the reply, *next the cursor. */
 static int scan_page(wxg__guard_redis_t *rg, uint64_t cursor, int count, redisReply **page,
                      uint64_t *next)
 {
     char cur[24], cnt[16], match[WXG__KEY_MAX];
-    snprintf(cur, sizeof cur, "%llu", (unsigned long long)cursor);
+    snprintf(cur, sizeof cur, "%llu",
+             (unsigned long long)(rg->cluster_nodes ? cursor & SCAN_CURSOR_MASK : cursor));
     snprintf(cnt, sizeof cnt, "%d", count > 0 ? count : 100);
     /* The prefix holds no glob characters (checked at creation), and record names are the only
      * names with ":r:" after the shard tag. */
@@ -457,7 +543,8 @@ static int scan_page(wxg__guard_redis_t *rg, uint64_t cursor, int count, redisRe
     size_t lens[6];
     for (int i = 0; i < 6; i++)
         lens[i] = strlen(argv[i]);
-    int rc = admin_cmd(rg, 6, argv, lens, page);
+    int rc = rg->cluster_nodes ? cluster_scan_cmd(rg, cursor, argv, lens, page)
+                               : admin_cmd(rg, 6, argv, lens, page);
     if (rc)
         return rc;
     const redisReply *p = *page;
@@ -471,6 +558,8 @@ static int scan_page(wxg__guard_redis_t *rg, uint64_t cursor, int count, redisRe
     unsigned long long v = strtoull(p->element[0]->str, &end, 10);
     if (errno || !end || *end)
         return WXG_EREDIS;
+    if (rg->cluster_nodes)
+        return cluster_next(rg, cursor, v, next);
     *next = v;
     return 0;
 }

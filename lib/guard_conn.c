@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const script_src[WXG__S_COUNT] = {
     wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
@@ -72,17 +73,166 @@ int wxg__guard_refusal_code(const redisReply *r)
     return wxg__rconn_refusal_code(r->str, r->len);
 }
 
+static void stats_add(wxg__rcluster_stats_t *a, const wxg__rcluster_stats_t *b)
+{
+    a->moved += b->moved;
+    a->ask += b->ask;
+    a->tryagain += b->tryagain;
+    a->clusterdown += b->clusterdown;
+    a->refreshes += b->refreshes;
+    a->node_errors += b->node_errors;
+}
+
+/* Copies the cluster client's counters (and those of the clients before it) to the handle's. */
+static void cluster_sync_stats(wxg__guard_redis_t *rg)
+{
+    wxg__rcluster_stats_t s = rg->cluster_base, now;
+    if (rg->cluster) {
+        wxg__rcluster_get_stats(rg->cluster, &now);
+        stats_add(&s, &now);
+    }
+    if (!rg->stats)
+        return;
+    rg->stats->cluster_moved = s.moved;
+    rg->stats->cluster_ask = s.ask;
+    rg->stats->cluster_tryagain = s.tryagain;
+    rg->stats->cluster_clusterdown = s.clusterdown;
+    rg->stats->cluster_refreshes = s.refreshes;
+    rg->stats->cluster_node_errors = s.node_errors;
+}
+
 void wxg__guard_conn_drop(wxg__guard_redis_t *rg)
 {
     wxg__rconn_free(rg->conn);
     rg->conn = NULL;
+    if (rg->cluster) {
+        wxg__rcluster_stats_t now;
+        wxg__rcluster_get_stats(rg->cluster, &now);
+        stats_add(&rg->cluster_base, &now);
+        wxg__rcluster_free(rg->cluster);
+        rg->cluster = NULL;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Redis Cluster: routing by key
+ */
+
+static int word_is(const char *s, size_t len, const char *word)
+{
+    return len == strlen(word) && strncasecmp(s, word, len) == 0;
+}
+
+/* The slot a command goes to (wxg__guard_cmd_t says how), or -1 for a command without a key. */
+static int cmd_slot(const wxg__guard_cmd_t *c)
+{
+    if (c->argc >= 4 &&
+        (word_is(c->argv[0], c->lens[0], "EVALSHA") || word_is(c->argv[0], c->lens[0], "EVAL") ||
+         word_is(c->argv[0], c->lens[0], "EVALSHA_RO") ||
+         word_is(c->argv[0], c->lens[0], "EVAL_RO") || word_is(c->argv[0], c->lens[0], "FCALL") ||
+         word_is(c->argv[0], c->lens[0], "FCALL_RO"))) {
+        char nk[16];
+        size_t l = c->lens[2] < sizeof nk ? c->lens[2] : sizeof nk - 1;
+        memcpy(nk, c->argv[2], l);
+        nk[l] = '\0';
+        if (strtol(nk, NULL, 10) > 0)
+            return (int)wxg__rcluster_slot(c->argv[3], c->lens[3]);
+        return -1;
+    }
+    if (c->argc >= 2)
+        return (int)wxg__rcluster_slot(c->argv[1], c->lens[1]);
+    return -1;
+}
+
+/* A WAIT numreplicas timeout: *replicas and *timeout_ms set. */
+static int is_wait(const wxg__guard_cmd_t *c, int *replicas, int *timeout_ms)
+{
+    if (c->argc != 3 || !word_is(c->argv[0], c->lens[0], "WAIT") || c->lens[1] > 10 ||
+        c->lens[2] > 10)
+        return 0;
+    char a[12], b[12];
+    memcpy(a, c->argv[1], c->lens[1]);
+    a[c->lens[1]] = '\0';
+    memcpy(b, c->argv[2], c->lens[2]);
+    b[c->lens[2]] = '\0';
+    *replicas = (int)strtol(a, NULL, 10);
+    *timeout_ms = (int)strtol(b, NULL, 10);
+    return 1;
+}
+
+/* The pipeline in cluster mode: each command to its slot's primary; a trailing WAIT becomes the
+ * cluster client's WAIT on every primary written to, answered with the fewest acknowledgements.
+ * The replies that form an unbroken prefix are kept (*got); those after the first command
+ * without a reply are dropped, as a single connection's failure would leave them unknown. */
+static int cluster_exchange(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
+                            int extra_ms, redisReply **replies, size_t *got, char *errstr,
+                            size_t errstr_size)
+{
+    *got = 0;
+    if (!rg->cluster) {
+        wxg__guard_errf(errstr, errstr_size, "Redis Cluster: not connected");
+        return WXG_ECONN;
+    }
+    int wait = 0, wait_ms = 0;
+    size_t m = n > 0 && is_wait(&cmds[n - 1], &wait, &wait_ms) ? n - 1 : n;
+    wxg__rccmd_t *rc = malloc((m ? m : 1) * sizeof *rc);
+    int *codes = malloc((m ? m : 1) * sizeof *codes);
+    if (!rc || !codes) {
+        free(rc);
+        free(codes);
+        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        return WXG_ENOMEM;
+    }
+    for (size_t i = 0; i < m; i++)
+        rc[i] = (wxg__rccmd_t){cmds[i].argc, cmds[i].argv, cmds[i].lens, cmd_slot(&cmds[i])};
+    long long acks = 0;
+    int code =
+        wxg__rcluster_run(rg->cluster, rc, m, rg->conf.command_timeout_ms + (m < n ? 0 : extra_ms),
+                          wait, wait_ms, replies, codes, &acks, errstr, errstr_size);
+    size_t k = 0;
+    while (k < m && (codes[k] == 0 || codes[k] == WXG_EREPLICAS))
+        k++;
+    if (k == m) {
+        code = 0;
+        if (m < n) {
+            /* The WAIT's answer, as one server would give it. */
+            redisReply *w = calloc(1, sizeof *w);
+            if (!w) {
+                code = WXG_ENOMEM;
+                wxg__guard_errf(errstr, errstr_size, "out of memory");
+            } else {
+                w->type = REDIS_REPLY_INTEGER;
+                w->integer = acks;
+                replies[k++] = w;
+            }
+        }
+    } else {
+        for (size_t i = k; i < m; i++) {
+            if (replies[i])
+                freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+        /* Never run because the deadline came during redirections: for the caller a timeout. */
+        if (code == WXG_EBUSY || code == 0 || code == WXG_EREPLICAS)
+            code = WXG_ETIMEDOUT;
+    }
+    *got = k;
+    free(rc);
+    free(codes);
+    cluster_sync_stats(rg);
+    return code;
 }
 
 /* Sends one command and reads its reply on the fresh connection (connect time only). On an I/O
- * error the connection is dropped. */
+ * error the connection is dropped. In cluster mode the command goes to its key's primary. */
 int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
                             redisReply **out, char *errstr, size_t errstr_size)
 {
+    if (rg->cluster_nodes) {
+        wxg__guard_cmd_t cmd = {argc, argv, lens};
+        size_t got = 0;
+        return cluster_exchange(rg, &cmd, 1, 0, out, &got, errstr, errstr_size);
+    }
     int rc = wxg__rconn_command(rg->conn, rg->conf.command_timeout_ms, argc, argv, lens, out,
                                 errstr, errstr_size);
     if (rc)
@@ -95,6 +245,15 @@ int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmd
 {
     size_t k = 0;
     int rc = 0;
+    if (rg->cluster_nodes) {
+        rc = cluster_exchange(rg, cmds, n, extra_ms, replies, &k, rg->last_error,
+                              rg->last_error_size);
+        if (rc == 0)
+            rg->stats->round_trips++;
+        if (got)
+            *got = k;
+        return rc;
+    }
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = wxg__rconn_append(rg->conn, cmds[i].argc, cmds[i].argv, cmds[i].lens);
     if (rc)
@@ -111,8 +270,59 @@ int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmd
     return rc;
 }
 
+/* What SCRIPT LOAD answered on the primaries of a cluster. */
+typedef struct script_load {
+    char sha[41];
+    int refused;
+    char why[200];
+} script_load;
+
+static int script_loaded(void *arg, int node, const char *addr, const redisReply *r)
+{
+    (void)node;
+    script_load *sl = arg;
+    if (r->type == REDIS_REPLY_STRING && r->len == 40) {
+        memcpy(sl->sha, r->str, 40);
+        sl->sha[40] = '\0';
+    } else if (!sl->refused) {
+        sl->refused = r->type == REDIS_REPLY_ERROR ? wxg__guard_refusal_code(r) : WXG_EREDIS;
+        snprintf(sl->why, sizeof sl->why, "SCRIPT LOAD refused by %s: %.*s", addr,
+                 r->type == REDIS_REPLY_ERROR ? (int)(r->len > 120 ? 120 : r->len) : 0,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+    }
+    return 0;
+}
+
+/* Loads every script on every primary of the cluster (a promoted replica starts with an empty
+ * script cache). A primary that cannot be reached now is skipped: a NOSCRIPT from it later
+ * loads the scripts again. Fails when a primary refuses, or when none answered. */
+static int cluster_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    for (int i = 0; i < WXG__S_COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", script_src[i]};
+        size_t lens[3] = {6, 4, strlen(script_src[i])};
+        script_load sl = {.sha = ""};
+        char why[512] = "";
+        int rc = wxg__rcluster_each_primary(rg->cluster, 3, argv, lens, script_loaded, &sl, why,
+                                            sizeof why);
+        cluster_sync_stats(rg);
+        if (sl.refused) {
+            wxg__guard_errf(errstr, errstr_size, "%s", sl.why);
+            return sl.refused;
+        }
+        if (!sl.sha[0]) {
+            wxg__guard_errf(errstr, errstr_size, "%s", why);
+            return rc ? rc : WXG_EREDIS;
+        }
+        memcpy(rg->sha[i], sl.sha, sizeof sl.sha);
+    }
+    return 0;
+}
+
 int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
 {
+    if (rg->cluster_nodes)
+        return cluster_load_scripts(rg, errstr, errstr_size);
     for (int i = 0; i < WXG__S_COUNT; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", script_src[i]};
         size_t lens[3] = {6, 4, strlen(script_src[i])};
@@ -359,10 +569,46 @@ static int open_conn(wxg__guard_redis_t *rg, const char *host, int port, char *e
                             rg->conf.db, rg->client_name, errstr, errstr_size);
 }
 
+/* Cluster mode: reads the slot map from one of the configured nodes; the nodes' connections
+ * (TLS, AUTH, CLIENT SETNAME on each) are made as commands need them. */
+static int cluster_open(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
+{
+    wxg__rcluster_conf_t cc = {.seeds = rg->cluster_nodes,
+                               .tls = rg->conf.tls ? &rg->tls : NULL,
+                               .user = rg->user,
+                               .password = rg->password,
+                               .client_name = rg->client_name,
+                               .connect_timeout_ms = rg->conf.connect_timeout_ms,
+                               .command_timeout_ms = rg->conf.command_timeout_ms,
+                               .reconnect_min_ms = rg->conf.reconnect_min_ms,
+                               .reconnect_max_ms = rg->conf.reconnect_max_ms};
+    int rc = 0;
+    rg->cluster = wxg__rcluster_new(&cc, &rc, errstr, errstr_size);
+    return rg->cluster ? 0 : rc;
+}
+
 /* Connects, authenticates, selects the database, checks the role (Sentinel mode), loads the
  * scripts and checks the stamp. On failure nothing stays connected. */
 static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
 {
+    if (rg->cluster_nodes) {
+        int rc = cluster_open(rg, errstr, errstr_size);
+        if (rc == 0)
+            rc = wxg__guard_conn_load_scripts(rg, errstr, errstr_size);
+        if (rc == 0)
+            rc = check_stamp(rg, errstr, errstr_size);
+        /* One primary's clock for all: the primaries' clocks agree within the margin a time
+         * window keeps (NTP, docs/guard.md §4). */
+        if (rc == 0)
+            rc = clock_sample(rg, errstr, errstr_size);
+        if (rc) {
+            wxg__guard_conn_drop(rg);
+            cluster_sync_stats(rg);
+            return rc;
+        }
+        rg->stats->connects++;
+        return 0;
+    }
     const char *host = rg->host;
     int port = rg->conf.port;
     if (rg->nsent > 0) {
@@ -399,7 +645,11 @@ int wxg__guard_conn_ensure(wxg__guard_redis_t *rg)
         wxg__guard_conn_drop(rg);
         wxg__rbackoff_reset(&rg->backoff);
     }
-    if (rg->conn) {
+    /* A cluster client replaces each node's closed connection itself; its failures are per
+     * node, so it stays. */
+    if (rg->cluster)
+        wxg__rcluster_check_idle(rg->cluster);
+    if (rg->conn || rg->cluster) {
         /* Refresh the layout stamp now and then so that it outlives every marker. */
         int rc = 0;
         if ((wxg__mono_us() - rg->clock_mono_us) / 1000 >= WXG__CLOCK_RESAMPLE_MS)
@@ -488,6 +738,10 @@ static int copy_strings(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf)
     rg->password = dup_or_null(conf->password);
     rg->prefix = dup_or_null(conf->prefix ? conf->prefix : "wxg:");
     rg->client_name = conf->client_name && *conf->client_name ? strdup(conf->client_name) : NULL;
+    rg->cluster_nodes =
+        conf->cluster_nodes && *conf->cluster_nodes ? strdup(conf->cluster_nodes) : NULL;
+    if ((conf->cluster_nodes && *conf->cluster_nodes && !rg->cluster_nodes))
+        return WXG_ENOMEM;
     if (!rg->host || (conf->unix_path && !rg->unix_path) || (conf->user && !rg->user) ||
         (conf->password && !rg->password) || !rg->prefix ||
         (conf->client_name && *conf->client_name && !rg->client_name))
@@ -573,6 +827,9 @@ int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out
     rg->conf.password = NULL; /* only rg->password holds it */
     rg->conf.prefix = rg->prefix;
     rg->conf.client_name = rg->client_name;
+    rg->conf.cluster_nodes = rg->cluster_nodes;
+    if (rg->cluster_nodes)
+        rg->conf.cluster = 1; /* one shard per script call: every call then has one slot */
     rg->conf.tls_ca_file = rg->tls.ca_file;
     rg->conf.tls_ca_path = rg->tls.ca_path;
     rg->conf.tls_cert_file = rg->tls.cert_file;
@@ -645,6 +902,7 @@ void wxg__guard_redis_free(wxg__guard_redis_t *rg)
     free(rg->sentinel_user);
     free_secret(rg->sentinel_password);
     free(rg->client_name);
+    free(rg->cluster_nodes);
     free((char *)rg->tls.ca_file);
     free((char *)rg->tls.ca_path);
     free((char *)rg->tls.cert_file);

@@ -15,6 +15,7 @@
 
 #include "donecache_int.h"
 #include "guard_int.h"
+#include "rcluster_int.h"
 #include "rconn_int.h"
 #include "wxguard/guard.h"
 
@@ -189,7 +190,13 @@ typedef struct wxg__guard_redis {
     char layout_key[WXG__KEY_MAX];
     char *client_name;    /* NULL: no CLIENT SETNAME */
     wxg__rtls_conf_t tls; /* the strings owned here; used when conf.tls / conf.sentinel_tls */
-    wxg__rconn_t *conn;   /* NULL while disconnected */
+    wxg__rconn_t *conn;   /* NULL while disconnected (single server and Sentinel) */
+    /* Redis Cluster mode (cluster_nodes set): the client of the cluster instead of conn, NULL
+     * while disconnected; the counters of the clients freed before it, so that the handle's
+     * cluster_* counters keep growing over reconnects. */
+    char *cluster_nodes;
+    wxg__rcluster_t *cluster;
+    wxg__rcluster_stats_t cluster_base;
     char sha[WXG__S_COUNT][41];
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
@@ -230,7 +237,13 @@ void wxg__guard_conn_drop(wxg__guard_redis_t *rg);
 int wxg__guard_conn_command(wxg__guard_redis_t *rg, int argc, const char **argv, const size_t *lens,
                             redisReply **out, char *errstr, size_t errstr_size);
 
-/* One command of a pipeline: argc binary-safe arguments. */
+/* One command of a pipeline: argc binary-safe arguments. In Redis Cluster mode a command goes
+ * to the primary serving the slot of its first key: KEYS[1] of an EVAL / EVALSHA / FCALL with
+ * keys (argv[3]), else argv[1]; a command without a key (PING, a script without keys) goes to
+ * any primary, and a trailing WAIT waits on every primary the pipeline wrote to. Every key a
+ * command touches must share that slot. (A design whose commands put their key elsewhere
+ * needs a routing-key member here; the designs so far do not. Appended at the end, it would
+ * still break the positional initialisers under -Wmissing-field-initializers.) */
 typedef struct wxg__guard_cmd {
     int argc;
     const char **argv;
@@ -240,7 +253,10 @@ typedef struct wxg__guard_cmd {
 /* Sends the n commands (n >= 1) in one pipeline on the live connection (call
  * wxg__guard_conn_ensure first) and reads their replies: replies[i] answers cmds[i] and is the
  * caller's to free (freeReplyObject). extra_ms lengthens the reply deadline beyond the command
- * timeout (a WAIT's own timeout). Counts one round trip.
+ * timeout (a WAIT's own timeout). Counts one round trip. In Redis Cluster mode the commands go
+ * to their slots' primaries as parallel pipelines (see wxg__guard_cmd_t), redirections are
+ * followed, and a trailing WAIT is answered with the fewest acknowledgements of any primary
+ * written to; a node's failure leaves the cluster client connected to the others.
  * Returns 0 when every reply arrived (error replies included: they are replies). Otherwise the
  * connection is dropped, the last error set and WXG_ECONN, WXG_ETIMEDOUT or WXG_ENOMEM
  * returned; *got (may be NULL) holds how many replies arrived, replies[0..*got) are valid, and

@@ -48,8 +48,10 @@ typedef struct wxg__rcluster_conf {
     const char *user, *password; /* AUTH on every node (password NULL: none) */
     const char *client_name;     /* CLIENT SETNAME on every node, or NULL */
     int connect_timeout_ms;
-    int command_timeout_ms;
-    int refresh_min_ms; /* at most one full map refresh per this; 0: 100 ms */
+    int command_timeout_ms; /* the map's reads, each_primary and on_primary */
+    int refresh_min_ms;     /* at most one full map refresh per this; 0: 100 ms */
+    int reconnect_min_ms;   /* a node that could not be reached is tried again after this, */
+    int reconnect_max_ms;   /* doubling up to this; 0: 50 ms and 2000 ms */
 } wxg__rcluster_conf_t;
 
 /* What the client did; the guard exports these as metrics. */
@@ -62,7 +64,8 @@ typedef struct wxg__rcluster_stats {
     uint64_t node_errors; /* connections to a node that failed or could not be made */
 } wxg__rcluster_stats_t;
 
-/* One command of a batch, and the slot of its keys (wxg__rcluster_slot). */
+/* One command of a batch, and the slot of its keys (wxg__rcluster_slot); -1 for a command
+ * without a key (PING, SCRIPT ...), which goes to the first primary of the map. */
 typedef struct wxg__rccmd {
     int argc;
     const char **argv;
@@ -83,29 +86,46 @@ wxg__rcluster_t *wxg__rcluster_new(const wxg__rcluster_conf_t *conf, int *rc, ch
 /* Closes every connection, wipes the password and frees the handle. NULL is accepted. */
 void wxg__rcluster_free(wxg__rcluster_t *c);
 
-/* Runs the n commands (see the top of this file) within timeout_ms. On return replies[i] is
- * the reply to cmds[i] (the caller's, error replies included) or NULL, and codes[i] is 0 for
- * a command with a reply, or the code of a command without one: WXG_ETIMEDOUT / WXG_ECONN
- * when it was sent and its outcome is unknown, WXG_EBUSY when it never ran (the deadline came
- * while it was being redirected or waited out). wait_replicas > 0 sends WAIT wait_replicas
- * wait_timeout_ms after each node's commands; a node that reports fewer acknowledgements
- * marks its commands WXG_EREPLICAS (their replies are kept). Returns 0 when every command has
- * a reply and every WAIT was satisfied, else the first failing code, with errstr. */
+/* Runs the n commands (see the top of this file) within timeout_ms (plus wait_timeout_ms when
+ * waiting). On return replies[i] is the reply to cmds[i] (the caller's, error replies included)
+ * or NULL, and codes[i] says what became of it:
+ *   0                        a reply (possibly an error reply other than a redirection);
+ *   WXG_ETIMEDOUT, WXG_ECONN it was sent and no reply came: its outcome is unknown, it may have
+ *                            run; it is never sent again here;
+ *   WXG_EBUSY                it never ran: its node could not be reached, no node served its
+ *                            slot, or the deadline came while it was being redirected or
+ *                            waited out; sending it again is safe;
+ *   WXG_EREPLICAS            a reply, but the node's WAIT counted fewer than wait_replicas
+ *                            acknowledgements (or was lost); the reply is kept;
+ *   WXG_ENOMEM               never sent.
+ * wait_replicas > 0 sends WAIT wait_replicas wait_timeout_ms after each node's commands in each
+ * round; *min_acks (may be NULL) receives the fewest acknowledgements any WAIT reported (-1
+ * when one was lost; wait_replicas when none was sent). Returns 0 when every command has code
+ * 0, else the code of the call, with errstr: a code of a command with an unknown outcome first,
+ * then WXG_ECONN when a node could not be reached, then WXG_EBUSY, WXG_ENOMEM, WXG_EREPLICAS. */
 int wxg__rcluster_run(wxg__rcluster_t *c, const wxg__rccmd_t *cmds, size_t n, int timeout_ms,
                       int wait_replicas, int wait_timeout_ms, redisReply **replies, int *codes,
-                      char *errstr, size_t errstr_size);
+                      long long *min_acks, char *errstr, size_t errstr_size);
 
-/* Runs one command on every primary of the current map (SCRIPT LOAD, SCAN, PING), in order of
- * the map; fn (may be NULL) sees each reply (borrowed for the call) with the node's index and
- * its address. Returns 0, the first failing code, or fn's non-zero return. */
+/* Runs one command on every primary of the current map (SCRIPT LOAD, PING), sent to all of them
+ * at once; fn (may be NULL) then sees each reply (borrowed for the call) with the node's index
+ * (as wxg__rcluster_on_primary counts them) and its address, in that order. Returns 0, the
+ * first failing code (WXG_ECONN for a node that cannot be reached), or fn's non-zero return. */
 int wxg__rcluster_each_primary(wxg__rcluster_t *c, int argc, const char **argv, const size_t *lens,
                                int (*fn)(void *arg, int node, const char *addr,
                                          const redisReply *r),
                                void *arg, char *errstr, size_t errstr_size);
 
 /* The number of primaries in the map, and the command run on primary `node` alone (SCAN's
- * next page): 0 or a code; *out is the caller's. */
+ * next page): 0 or a code; *out is the caller's. Primaries are counted in the order of the
+ * lowest slot each serves, so an index names the same node as long as the map is unchanged. */
 int wxg__rcluster_primaries(const wxg__rcluster_t *c);
+
+/* "host:port" of primary `node`, or NULL; valid until the map changes. */
+const char *wxg__rcluster_primary_addr(const wxg__rcluster_t *c, int node);
+
+/* "host:port" of the primary serving `slot` in the current map, or NULL. */
+const char *wxg__rcluster_slot_addr(const wxg__rcluster_t *c, int slot);
 int wxg__rcluster_on_primary(wxg__rcluster_t *c, int node, int argc, const char **argv,
                              const size_t *lens, redisReply **out, char *errstr,
                              size_t errstr_size);

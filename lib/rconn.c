@@ -682,15 +682,12 @@ static void discard_pending(wxg__rconn_t *c)
     c->pending = 0;
 }
 
-/* Moves bytes once: writes what is left to send (reading meanwhile whatever arrives when the
- * socket is full, so that replies to what was sent free the server's buffers), or, with
- * nothing left to send, reads. Waits for the socket when it can do neither. 0 on progress or
- * after a wait; WXG_ETIMEDOUT at the deadline; else the connection failed (errstr, dead). The
- * deadline holds also for a server that keeps sending, only too slowly. */
-static int step(wxg__rconn_t *c, int64_t deadline, char *errstr, size_t errstr_size)
+/* Moves bytes once without waiting: writes what is left to send (reading meanwhile whatever
+ * arrives when the socket is full, so that replies to what was sent free the server's
+ * buffers), or, with nothing left to send, reads. 0 on progress; 1 when it must wait for the
+ * socket, with *events what to wait for; else the connection failed (errstr, dead). */
+static int move(wxg__rconn_t *c, short *events, char *errstr, size_t errstr_size)
 {
-    if (wxg__mono_ms() >= deadline)
-        return WXG_ETIMEDOUT;
     int sending = c->out_off < c->out_len;
     int st = sending ? write_some(c) : read_some(c);
     if (sending && st == IO_WANT_WRITE) {
@@ -699,13 +696,30 @@ static int step(wxg__rconn_t *c, int64_t deadline, char *errstr, size_t errstr_s
             return 0;
         if (rs != IO_WANT_READ)
             return io_failed(c, rs, "sending", errstr, errstr_size);
-        return wait_fd(c->fd, POLLOUT | POLLIN, deadline);
+        *events = POLLOUT | POLLIN;
+        return 1;
     }
     if (st == IO_DONE)
         return 0;
-    if (st == IO_WANT_READ || st == IO_WANT_WRITE)
-        return wait_fd(c->fd, st == IO_WANT_READ ? POLLIN : POLLOUT, deadline);
+    if (st == IO_WANT_READ || st == IO_WANT_WRITE) {
+        *events = st == IO_WANT_READ ? POLLIN : POLLOUT;
+        return 1;
+    }
     return io_failed(c, st, sending ? "sending" : "reading replies", errstr, errstr_size);
+}
+
+/* Moves bytes once (move), waiting for the socket when it can do nothing. 0 on progress or
+ * after a wait; WXG_ETIMEDOUT at the deadline; else the connection failed (errstr, dead). The
+ * deadline holds also for a server that keeps sending, only too slowly. */
+static int step(wxg__rconn_t *c, int64_t deadline, char *errstr, size_t errstr_size)
+{
+    if (wxg__mono_ms() >= deadline)
+        return WXG_ETIMEDOUT;
+    short events = 0;
+    int rc = move(c, &events, errstr, errstr_size);
+    if (rc == 1)
+        return wait_fd(c->fd, events, deadline);
+    return rc;
 }
 
 /* Ends a failed exchange: the connection is dead and what was appended is dropped. */
@@ -768,6 +782,55 @@ out:
     if (got)
         *got = k;
     return rc;
+}
+
+int wxg__rconn_collect_some(wxg__rconn_t *c, redisReply **replies, size_t *got, short *events,
+                            char *errstr, size_t errstr_size)
+{
+    size_t want = c->pending, k = *got;
+    int rc = 0;
+    *events = 0;
+    if (c->dead) {
+        errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
+        discard_pending(c);
+        return WXG_ECONN;
+    }
+    while (k < want) {
+        void *r = NULL;
+        if (redisReaderGetReply(c->reader, &r) != REDIS_OK) {
+            rc = exchange_failed(c, io_failed(c, IO_ERROR, "reading", errstr, errstr_size), k,
+                                 errstr, errstr_size);
+            goto out;
+        }
+        if (r) {
+            replies[k++] = r;
+            c->fresh = 0;
+            continue;
+        }
+        rc = move(c, events, errstr, errstr_size);
+        if (rc == 1) {
+            rc = 0;
+            goto out; /* nothing more now: the caller waits for *events */
+        }
+        if (rc) {
+            rc = exchange_failed(c, rc, k, errstr, errstr_size);
+            goto out;
+        }
+    }
+    c->out_len = c->out_off = c->pending = 0;
+out:
+    *got = k;
+    return rc;
+}
+
+int wxg__rconn_fd(const wxg__rconn_t *c)
+{
+    return c->fd;
+}
+
+int wxg__rconn_expired(wxg__rconn_t *c, size_t got, char *errstr, size_t errstr_size)
+{
+    return exchange_failed(c, WXG_ETIMEDOUT, got, errstr, errstr_size);
 }
 
 int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, size_t *got,

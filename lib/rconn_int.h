@@ -80,6 +80,17 @@ int wxg__rconn_flush(wxg__rconn_t *c, int64_t deadline_ms, char *errstr, size_t 
 int wxg__rconn_collect(wxg__rconn_t *c, int64_t deadline_ms, redisReply **replies, size_t *got,
                        char *errstr, size_t errstr_size);
 
+/* collect without waiting, for a caller that waits on several connections at once: reads the
+ * replies that have arrived into replies[*got..] (advancing *got; start with 0), sending what
+ * flush had not. 0 with *events == 0: every reply is in. 0 with *events != 0: more are due;
+ * poll wxg__rconn_fd for those events, then call again. Otherwise the connection failed as in
+ * wxg__rconn_collect. A caller whose deadline passes first ends the exchange with
+ * wxg__rconn_expired (the connection is dead then; errstr says how many replies came). */
+int wxg__rconn_collect_some(wxg__rconn_t *c, redisReply **replies, size_t *got, short *events,
+                            char *errstr, size_t errstr_size);
+int wxg__rconn_fd(const wxg__rconn_t *c);
+int wxg__rconn_expired(wxg__rconn_t *c, size_t got, char *errstr, size_t errstr_size);
+
 /* 1 when the connection failed and must be freed. */
 int wxg__rconn_dead(const wxg__rconn_t *c);
 

@@ -57,6 +57,7 @@ typedef struct opts {
     const char *sets[WXGB_SETS_MAX]; /* --set KEY=VALUE */
     size_t nsets;
     struct wxg_conf_s *conf; /* the keys: the options above, then the --set ones */
+    const char *cluster;     /* --cluster: seed nodes of a Redis Cluster, or NULL */
 } opts;
 
 typedef struct job {
@@ -380,6 +381,8 @@ static wxg_guard_conf_t real_conf(const opts *o, char *prefix, size_t psize, uns
     char mapped_prefix[WXG_GUARD_PREFIX_MAX + 1];
     wxgb_conf_guard(o->conf, &c, mapped_prefix, sizeof mapped_prefix);
     snprintf(prefix, psize, "wxgb%u:", run);
+    if (o->cluster)
+        c.cluster_nodes = o->cluster;
     c.prefix = prefix;
     /* The run compresses a time bucket's worth of markers into seconds: size the buckets for
      * the density one time bucket has in steady state when it holds `markers` markers. */
@@ -426,8 +429,43 @@ double wxgb_data_calls(redisContext *c)
     return total;
 }
 
+/* Redis CPU seconds and data calls, summed over the servers (one, or every primary of a
+ * cluster); node_cpu (may be NULL) receives each server's CPU. */
+static double cpu_sum(redisContext **admins, int n, double *node_cpu)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        double v = wxgb_redis_cpu_s(admins[i]);
+        if (node_cpu)
+            node_cpu[i] = v;
+        sum += v;
+    }
+    return sum;
+}
+
+static double calls_sum(redisContext **admins, int n)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += wxgb_data_calls(admins[i]);
+    return sum;
+}
+
+static run_result run_design_on(const opts *o, redisContext **admins, int nadmin, int design,
+                                int threads, uint64_t messages, unsigned run, int pipelined,
+                                double *node_cpu_us);
+
 static run_result run_design(const opts *o, redisContext *admin, int design, int threads,
                              uint64_t messages, unsigned run, int pipelined)
+{
+    return run_design_on(o, &admin, 1, design, threads, messages, run, pipelined, NULL);
+}
+
+/* run_design over nadmin servers; node_cpu_us (may be NULL) receives each one's Redis CPU per
+ * message. */
+static run_result run_design_on(const opts *o, redisContext **admins, int nadmin, int design,
+                                int threads, uint64_t messages, unsigned run, int pipelined,
+                                double *node_cpu_us)
 {
     char prefix[32];
     wxg_guard_conf_t conf = real_conf(o, prefix, sizeof prefix, run, messages);
@@ -446,8 +484,9 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
                         .conf = &conf,
                         .pipelined = pipelined};
     }
-    double calls0 = wxgb_data_calls(admin);
-    double cpu0 = wxgb_redis_cpu_s(admin);
+    double node0[64], node1[64];
+    double calls0 = calls_sum(admins, nadmin);
+    double cpu0 = cpu_sum(admins, nadmin, node0);
     int64_t t0 = prog_mono_us();
     for (int i = 0; i < threads; i++) {
         void *(*fn)(void *) = design == DESIGN_NAIVE  ? naive_worker
@@ -459,8 +498,10 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     int64_t t1 = prog_mono_us();
-    double cpu1 = wxgb_redis_cpu_s(admin);
-    double calls1 = wxgb_data_calls(admin);
+    double cpu1 = cpu_sum(admins, nadmin, node1);
+    double calls1 = calls_sum(admins, nadmin);
+    for (int i = 0; node_cpu_us && i < nadmin; i++)
+        node_cpu_us[i] = (node1[i] - node0[i]) * 1e6 / (double)messages;
     run_result r = {0};
     uint64_t rt = 0;
     for (int i = 0; i < threads; i++) {
@@ -604,33 +645,137 @@ static int parse_designs(const char *list)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: wxguard-bench guard [--naive|--real] [--host H] [--port P] [--db N]\n"
-            "          [--threads 1,4,8,16] [--messages N] [--batch B] [--markers M]\n"
-            "          [--rb-requests N] [--set KEY=VALUE ...]\n\n"
-            "Runs both designs unless --naive or --real picks one. The database must be empty;\n"
-            "it is flushed when the run ends. Use a private redis-server.\n"
-            "  --messages N     claim+complete pairs per thread count (default 40000)\n"
-            "  --batch B        messages per guard script call (default 64)\n"
-            "  --markers M      DONE markers written for the memory figure (default 1000000,\n"
-            "                   0 skips the memory phase)\n"
-            "  --bucket-ms W    DONE time-bucket width (default: the retention, 7 days);\n"
-            "                   claim probes retention / W + 1 buckets\n"
-            "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
-            "50000; 0 skips it)\n"
-            "  --design LIST    designs to run, alternating: native, lua, naive, seed (default\n"
-            "                   native,lua,naive); seed = GET, SET NX PX, SET EX, DEL per\n"
-            "                   message, 64 in flight\n"
-            "  --dup R          share of deliveries (native, lua, seed) that repeat a finished\n"
-            "                   message\n"
-            "  --rounds N       run the whole table N times (default 1)\n"
-            "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
-            "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
-            "  --rate-markers M markers written per rate (default 300000)\n"
-            "  --set KEY=VALUE  any redis.*, guard.* or consumer.* key of wxguard-consumer\n"
-            "                   (docs/configuration.md), mapped as the consumer maps it; wins\n"
-            "                   over the options above. redis.key.prefix is replaced by a\n"
-            "                   prefix per run; redis.command.timeout.ms defaults to 30s here\n");
+    fprintf(f, "usage: wxguard-bench guard [--naive|--real] [--host H] [--port P] [--db N]\n"
+               "          [--threads 1,4,8,16] [--messages N] [--batch B] [--markers M]\n"
+               "          [--rb-requests N] [--set KEY=VALUE ...] [--cluster HOST:PORT,...]\n\n"
+               "Runs both designs unless --naive or --real picks one. The database must be empty;\n"
+               "it is flushed when the run ends. Use a private redis-server.\n"
+               "  --messages N     claim+complete pairs per thread count (default 40000)\n"
+               "  --batch B        messages per guard script call (default 64)\n"
+               "  --markers M      DONE markers written for the memory figure (default 1000000,\n"
+               "                   0 skips the memory phase)\n"
+               "  --bucket-ms W    DONE time-bucket width (default: the retention, 7 days);\n"
+               "                   claim probes retention / W + 1 buckets\n"
+               "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
+               "50000; 0 skips it)\n"
+               "  --design LIST    designs to run, alternating: native, lua, naive, seed (default\n"
+               "                   native,lua,naive); seed = GET, SET NX PX, SET EX, DEL per\n"
+               "                   message, 64 in flight\n"
+               "  --dup R          share of deliveries (native, lua, seed) that repeat a finished\n"
+               "                   message\n"
+               "  --rounds N       run the whole table N times (default 1)\n"
+               "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
+               "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
+               "  --rate-markers M markers written per rate (default 300000)\n"
+               "  --set KEY=VALUE  any redis.*, guard.* or consumer.* key of wxguard-consumer\n"
+               "                   (docs/configuration.md), mapped as the consumer maps it; wins\n"
+               "                   over the options above. redis.key.prefix is replaced by a\n"
+               "                   prefix per run; redis.command.timeout.ms defaults to 30s here\n"
+               "  --cluster NODES  a Redis Cluster (seed nodes) instead of one server: the native\n"
+               "                   and lua designs over every primary, with each primary's Redis\n"
+               "                   CPU\n");
+}
+
+/* ---- Against a Redis Cluster (--cluster) ----
+ *
+ * The native and lua designs only (the naive and seed designs and redis-benchmark talk to one
+ * server), over every primary: the table adds each primary's Redis CPU per message beside their
+ * sum, which stays flat as primaries are added when the work is spread rather than repeated.
+ * Plain TCP: the benchmark's own probes of each primary do not speak TLS. */
+
+#define CLUSTER_PRIMARIES_MAX 64
+
+/* Connects to every primary named by CLUSTER SLOTS of the first seed; returns how many. */
+static int cluster_admins(const char *seeds, redisContext **out, char names[][300])
+{
+    char host[256];
+    int port = 0;
+    size_t len = strcspn(seeds, ",");
+    char first[300];
+    snprintf(first, sizeof first, "%.*s", (int)len, seeds);
+    if (wxg_conf_parse_addr(first, host, sizeof host, &port) != 0)
+        die("--cluster: \"%s\" is not host:port", first);
+    struct timeval tv = {.tv_sec = 30};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (!c || c->err)
+        die("cannot connect to %s: %s", first, c ? c->errstr : "out of memory");
+    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        die("CLUSTER SLOTS failed on %s", first);
+    int n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i]->element[2];
+        char name[300];
+        snprintf(name, sizeof name, "%.256s:%lld", e->element[0]->len ? e->element[0]->str : host,
+                 e->element[1]->integer);
+        int seen = 0;
+        for (int k = 0; k < n; k++)
+            seen |= strcmp(names[k], name) == 0;
+        if (seen || n == CLUSTER_PRIMARIES_MAX)
+            continue;
+        snprintf(names[n], 300, "%s", name);
+        out[n] = redisConnectWithTimeout(e->element[0]->len ? e->element[0]->str : host,
+                                         (int)e->element[1]->integer, tv);
+        if (!out[n] || out[n]->err)
+            die("cannot connect to primary %s", name);
+        redisSetTimeout(out[n], tv);
+        n++;
+    }
+    freeReplyObject(r);
+    redisFree(c);
+    return n;
+}
+
+static int cluster_main(const opts *o)
+{
+    if (o->designs & ~(DESIGN_NATIVE | DESIGN_REAL | DESIGN_DUP))
+        fprintf(stderr, "wxguard-bench guard: --cluster runs the native and lua designs only\n");
+    redisContext *admins[CLUSTER_PRIMARIES_MAX];
+    char names[CLUSTER_PRIMARIES_MAX][300];
+    int n = cluster_admins(o->cluster, admins, names);
+    for (int i = 0; i < n; i++)
+        if (dbsize(admins[i]) != 0)
+            die("primary %s is not empty; this benchmark flushes the primaries, so it only runs "
+                "on an empty cluster",
+                names[i]);
+    printf("## wxguard-bench guard --cluster\n\n- %d primaries:", n);
+    for (int i = 0; i < n; i++)
+        printf(" %s", names[i]);
+    printf("\n- messages per row: %llu, guard batch: %d, duplicates: %.0f %%\n\n",
+           (unsigned long long)o->messages, o->batch, o->dup * 100);
+    printf(
+        "| design | threads | messages/s | Redis round trips/msg | Redis commands/msg | Redis "
+        "CPU µs/msg (sum) | per primary | failures |\n|---|---:|---:|---:|---:|---:|---|---:|\n");
+    fflush(stdout);
+    unsigned run = 1;
+    static const int designs[2] = {DESIGN_NATIVE, DESIGN_REAL};
+    for (int round = 0; round < o->rounds; round++) {
+        for (int ti = 0; ti < o->nthreads; ti++) {
+            for (int k = 0; k < 2; k++) {
+                int d = designs[k];
+                if (!(o->designs & d))
+                    continue;
+                double per[CLUSTER_PRIMARIES_MAX];
+                run_result rr =
+                    run_design_on(o, admins, n, d, o->threads[ti], o->messages, run++, 0, per);
+                char list[512] = "";
+                for (int i = 0; i < n; i++) {
+                    size_t l = strlen(list);
+                    snprintf(list + l, sizeof list - l, "%s%.2f", i ? " / " : "", per[i]);
+                }
+                printf("| %s | %d | %.0f | %.3f | %.2f | %.2f | %s | %llu |\n",
+                       d == DESIGN_REAL ? "lua (batched, compact)" : "native (pipelined, compact)",
+                       o->threads[ti], rr.pairs_per_s, rr.round_trips_per_msg, rr.calls_per_msg,
+                       rr.cpu_us_per_msg, list, (unsigned long long)rr.failures);
+                fflush(stdout);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        flushdb(admins[i]);
+        redisFree(admins[i]);
+    }
+    return 0;
 }
 
 int wxgb_guard_main(int argc, char **argv)
@@ -719,6 +864,9 @@ int wxgb_guard_main(int argc, char **argv)
             u = strcmp(v, "0") == 0 ? 0 : u;
             o.rb_requests = u;
             i++;
+        } else if (strcmp(a, "--cluster") == 0 && v) {
+            o.cluster = v;
+            i++;
         } else if (strcmp(a, "--set") == 0 && v && o.nsets < WXGB_SETS_MAX) {
             o.sets[o.nsets++] = v;
             i++;
@@ -733,6 +881,11 @@ int wxgb_guard_main(int argc, char **argv)
     o.conf = wxgb_conf_new(props, o.sets, o.nsets);
     free(props);
     signal(SIGPIPE, SIG_IGN);
+    if (o.cluster) {
+        int rc = cluster_main(&o);
+        wxg_conf_free(o.conf);
+        return rc;
+    }
     redisContext *admin = connect_admin(&o);
     if (dbsize(admin) != 0)
         die("database %d on %s:%d is not empty; this benchmark flushes its database, so it "

@@ -152,6 +152,15 @@ typedef struct wxg_guard_conf {
      * the functions that make a cache are internal to libwxguard, so a program leaves it
      * NULL. */
     wxg_donecache_t *done_cache;
+
+    /* Redis Cluster (docs/guard.md §11). When `cluster_nodes` is set ("host:port[,host:port...]",
+     * any nodes of the cluster, "[v6 address]:port" for IPv6), host, port and unix_path are
+     * ignored: the handle reads the slot map from one of them and keeps a connection to each
+     * primary it needs, sending every command to the primary serving its first key and
+     * following MOVED, ASK, TRYAGAIN, CLUSTERDOWN and failovers. TLS, user, password and
+     * client_name apply to every node; db must be 0; `cluster` is implied; Sentinel mode
+     * cannot be combined with it. wait_replicas waits on every primary that was written. */
+    const char *cluster_nodes;
 } wxg_guard_conf_t;
 
 /* Fills `conf` with the defaults above. */
@@ -401,6 +410,10 @@ typedef struct wxg_guard_stats {
                                   counted in duplicates and, if so, payload_mismatches) */
     uint64_t sentinel_lookups; /* primary addresses obtained from a Sentinel */
     uint64_t demotions;        /* READONLY answers: the server was no longer the primary */
+    /* Redis Cluster mode only (0 otherwise): redirections followed, refusals waited out, slot
+     * maps read, and node connections that failed or could not be made. */
+    uint64_t cluster_moved, cluster_ask, cluster_tryagain, cluster_clusterdown;
+    uint64_t cluster_refreshes, cluster_node_errors;
 } wxg_guard_stats_t;
 
 WXG_EXPORT void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out);

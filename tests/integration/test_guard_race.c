@@ -3,7 +3,8 @@
  * claimed and completed exactly once; every other delivery sees BUSY or DUPLICATE; a BUSY
  * delivery is retried and never counted as done; a DUPLICATE is only ever seen after the one
  * owner had started to complete. With WXG_TEST_GUARD_TLS=1 (integration.test_guard_race_tls)
- * the same race runs against a private TLS-only server. */
+ * the same race runs against a private TLS-only server, and with WXG_TEST_GUARD_CLUSTER=1
+ * (integration.test_guard_race_cluster) against a private Redis Cluster of 3 primaries. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -136,6 +137,9 @@ static void every_key_is_claimed_and_completed_exactly_once_under_16_threads(voi
     /* integration.test_guard_race_tls: the same race against a private TLS-only server. */
     wxg_test_redis_t tls_server = {0};
     char *pki = gt_tls_target(&tls_server, &conf);
+    /* integration.test_guard_race_cluster: the same race against a private Redis Cluster. */
+    static wxg_test_cluster_t cluster;
+    int in_cluster = gt_cluster_target(&cluster, &conf);
     conf.lease_ms = 60000; /* no lease may expire here: exclusivity alone is under test */
     conf.command_timeout_ms = 10000 * wxg_test_scale();
     for (int i = 0; i < NCONN; i++) {
@@ -192,6 +196,7 @@ static void every_key_is_claimed_and_completed_exactly_once_under_16_threads(voi
     }
     free(R.deliveries);
     gt_tls_target_stop(&tls_server, pki);
+    gt_cluster_target_stop(&cluster, in_cluster);
 }
 
 int main(void)

@@ -212,3 +212,20 @@ void gt_tls_target_stop(wxg_test_redis_t *srv, char *pki)
     wxg_test_rmtree(pki);
     free(pki);
 }
+
+int gt_cluster_target(wxg_test_cluster_t *cl, wxg_guard_conf_t *c)
+{
+    const char *on = getenv("WXG_TEST_GUARD_CLUSTER");
+    if (!on || strcmp(on, "1") != 0)
+        return 0;
+    if (wxg_test_cluster_start(cl, 3, 1) != 0)
+        fail_msg("cannot start a Redis Cluster");
+    c->cluster_nodes = cl->seeds;
+    return 1;
+}
+
+void gt_cluster_target_stop(wxg_test_cluster_t *cl, int started)
+{
+    if (started)
+        wxg_test_cluster_stop(cl);
+}

@@ -60,6 +60,12 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
 char *gt_tls_target(wxg_test_redis_t *srv, wxg_guard_conf_t *c);
 void gt_tls_target_stop(wxg_test_redis_t *srv, char *pki);
 
+/* When the environment has WXG_TEST_GUARD_CLUSTER=1: starts a private Redis Cluster of 3
+ * primaries with a replica each in *cl and points `c` at it (cluster_nodes), and returns 1;
+ * gt_cluster_target_stop() stops it. Otherwise changes nothing and returns 0. */
+int gt_cluster_target(wxg_test_cluster_t *cl, wxg_guard_conf_t *c);
+void gt_cluster_target_stop(wxg_test_cluster_t *cl, int started);
+
 /* Asserts that a fencing token is a server time in microseconds (docs/guard.md §3.4) within a
  * minute of this machine's clock (the test servers run on this machine). */
 void gt_assert_fence_is_now(uint64_t fence);

@@ -295,6 +295,20 @@ static int redis_spawn(wxg_test_redis_t *r)
             argv[i++] = "--requirepass";
             argv[i++] = r->password;
         }
+        char ccrt[600], ckey[600];
+        if (r->cluster && r->tls_dir) {
+            /* The cluster bus over TLS too. A node authenticates to another's bus with a client
+             * certificate whatever tls-auth-clients says, and the server certificate is for
+             * serverAuth only: outgoing connections use the PKI's client certificate. */
+            snprintf(ccrt, sizeof ccrt, "%s/client.crt", r->tls_dir);
+            snprintf(ckey, sizeof ckey, "%s/client.key", r->tls_dir);
+            argv[i++] = "--tls-cluster";
+            argv[i++] = "yes";
+            argv[i++] = "--tls-client-cert-file";
+            argv[i++] = ccrt;
+            argv[i++] = "--tls-client-key-file";
+            argv[i++] = ckey;
+        }
         if (r->cluster) {
             argv[i++] = "--cluster-enabled";
             argv[i++] = "yes";
@@ -657,28 +671,62 @@ static int run_redis_cli(const char *dir, const char *const *args)
     return 0;
 }
 
+/* One command on a node of a cluster, over TLS (with the PKI's client certificate, no
+ * verification) when the node listens on TLS only; the reply (caller's) or NULL. */
+static redisReply *node_command(const wxg_test_redis_t *n, int argc, const char **argv)
+{
+    char ca[600], crt[600], key[600], err[256];
+    wxg__rtls_conf_t tls = {.ca_file = ca, .cert_file = crt, .key_file = key, .verify = 0};
+    if (n->tls_dir) {
+        snprintf(ca, sizeof ca, "%s/ca.crt", n->tls_dir);
+        snprintf(crt, sizeof crt, "%s/client.crt", n->tls_dir);
+        snprintf(key, sizeof key, "%s/client.key", n->tls_dir);
+    }
+    wxg__rconn_opts_t o = {.host = "127.0.0.1",
+                           .port = n->port,
+                           .connect_timeout_ms = 2000,
+                           .tls = n->tls_dir ? &tls : NULL};
+    int rc = 0;
+    wxg__rconn_t *c = wxg__rconn_connect(&o, &rc, err, sizeof err);
+    if (!c)
+        return NULL;
+    size_t lens[8];
+    for (int i = 0; i < argc && i < 8; i++)
+        lens[i] = strlen(argv[i]);
+    redisReply *r = NULL;
+    if (wxg__rconn_command(c, 5000, argc, argv, lens, &r, err, sizeof err) != 0)
+        r = NULL;
+    wxg__rconn_free(c);
+    return r;
+}
+
+/* The value of `field` in INFO `section` of node n ("" when absent). */
+static void node_info(const wxg_test_redis_t *n, const char *section, const char *field, char *out,
+                      size_t size)
+{
+    out[0] = '\0';
+    redisReply *r = node_command(n, 2, (const char *[]){"INFO", section});
+    const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+    if (at) {
+        at += strlen(field);
+        snprintf(out, size, "%.*s", (int)strcspn(at, "\r\n"), at);
+    }
+    if (r)
+        freeReplyObject(r);
+}
+
 int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms)
 {
-    for (int i = 0; i < c->n; i++) {
-        if (c->node[i].pid <= 0)
-            continue;
-        if (wait_info(c->node[i].port, "cluster", "cluster_enabled:", "1", timeout_ms) != 0)
-            return -1;
-    }
     int64_t end = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
     for (int i = 0; i < c->n; i++) {
         if (c->node[i].pid <= 0)
             continue;
         for (;;) {
-            struct timeval tv = {.tv_sec = 2};
-            redisContext *rc = redisConnectWithTimeout("127.0.0.1", c->node[i].port, tv);
-            redisReply *r = rc && !rc->err ? redisCommand(rc, "CLUSTER INFO") : NULL;
+            redisReply *r = node_command(&c->node[i], 2, (const char *[]){"CLUSTER", "INFO"});
             int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
                      strstr(r->str, "cluster_slots_ok:16384");
             if (r)
                 freeReplyObject(r);
-            if (rc)
-                redisFree(rc);
             if (ok)
                 break;
             if (wxg_test_now_ms() > end) {
@@ -691,21 +739,31 @@ int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms)
     return 0;
 }
 
-int wxg_test_cluster_start(wxg_test_cluster_t *c, int primaries, int replicas)
+static int cluster_start(wxg_test_cluster_t *c, int primaries, int replicas, const char *pki)
 {
     memset(c, 0, sizeof *c);
     int total = primaries * (1 + replicas);
     if (primaries < 1 || total > WXG_TEST_CLUSTER_MAX)
         return -1;
-    const char *args[WXG_TEST_CLUSTER_MAX + 8];
-    char addr[WXG_TEST_CLUSTER_MAX][24], reps[8];
+    const char *args[WXG_TEST_CLUSTER_MAX + 16];
+    char addr[WXG_TEST_CLUSTER_MAX][24], reps[8], ca[600];
     int na = 0;
+    if (pki) {
+        snprintf(ca, sizeof ca, "%s/ca.crt", pki);
+        args[na++] = "--tls";
+        args[na++] = "--cacert";
+        args[na++] = ca;
+    }
     args[na++] = "--cluster";
     args[na++] = "create";
     for (int i = 0; i < total; i++) {
         wxg_test_redis_t *r = &c->node[i];
         r->dir = wxg_test_mkdtemp("wxg-cluster");
         r->cluster = 1;
+        if (pki && tls_members(r, pki, "server", 0) != 0) {
+            c->n = i + 1;
+            goto fail;
+        }
         if (start_on_free_port(r) != 0) {
             fprintf(stderr, "cannot start cluster node %d\n", i);
             c->n = i + 1;
@@ -728,11 +786,21 @@ int wxg_test_cluster_start(wxg_test_cluster_t *c, int primaries, int replicas)
         goto fail;
     /* Every replica has its data link up. */
     for (int i = 0; i < c->n; i++) {
-        char role[32];
-        info_field(c->node[i].port, "replication", "role:", role, sizeof role);
-        if (strcmp(role, "slave") == 0 &&
-            wait_info(c->node[i].port, "replication", "master_link_status:", "up", 30000) != 0)
-            goto fail;
+        char role[32], link[32];
+        node_info(&c->node[i], "replication", "role:", role, sizeof role);
+        if (strcmp(role, "slave") != 0)
+            continue;
+        int64_t end = wxg_test_now_ms() + 30000 * wxg_test_scale();
+        for (;;) {
+            node_info(&c->node[i], "replication", "master_link_status:", link, sizeof link);
+            if (strcmp(link, "up") == 0)
+                break;
+            if (wxg_test_now_ms() > end) {
+                fprintf(stderr, "cluster replica %d: link %s\n", c->node[i].port, link);
+                goto fail;
+            }
+            wxg_test_sleep_ms(50);
+        }
     }
     return 0;
 fail:
@@ -740,11 +808,19 @@ fail:
     return -1;
 }
 
+int wxg_test_cluster_start(wxg_test_cluster_t *c, int primaries, int replicas)
+{
+    return cluster_start(c, primaries, replicas, NULL);
+}
+
+int wxg_test_cluster_start_tls(wxg_test_cluster_t *c, int primaries, int replicas, const char *pki)
+{
+    return cluster_start(c, primaries, replicas, pki);
+}
+
 int wxg_test_cluster_owner(const wxg_test_cluster_t *c, int via, int slot)
 {
-    struct timeval tv = {.tv_sec = 2};
-    redisContext *rc = redisConnectWithTimeout("127.0.0.1", c->node[via].port, tv);
-    redisReply *r = rc && !rc->err ? redisCommand(rc, "CLUSTER SLOTS") : NULL;
+    redisReply *r = node_command(&c->node[via], 2, (const char *[]){"CLUSTER", "SLOTS"});
     int owner = -1;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         redisReply *e = r->element[i];
@@ -757,8 +833,6 @@ int wxg_test_cluster_owner(const wxg_test_cluster_t *c, int via, int slot)
     }
     if (r)
         freeReplyObject(r);
-    if (rc)
-        redisFree(rc);
     return owner;
 }
 

@@ -80,6 +80,10 @@ typedef struct wxg_test_cluster {
  * started are stopped). */
 int wxg_test_cluster_start(wxg_test_cluster_t *c, int primaries, int replicas);
 
+/* The same with every node on TLS only (the PKI's "server" certificate, no client certificate
+ * required), the cluster bus and replication over TLS too (tls-cluster, tls-replication). */
+int wxg_test_cluster_start_tls(wxg_test_cluster_t *c, int primaries, int replicas, const char *pki);
+
 /* Waits until every running node reports cluster_state:ok and all slots ok, at most
  * timeout_ms (scaled). 0 or -1. */
 int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms);

@@ -599,7 +599,7 @@ static int guard_conf_differs(const wxg_guard_conf_t *a, const wxg_guard_conf_t 
            a->cluster != b->cluster || a->batch_max != b->batch_max ||
            a->reconnect_min_ms != b->reconnect_min_ms ||
            a->reconnect_max_ms != b->reconnect_max_ms || a->naive != b->naive ||
-           a->done_cache != b->done_cache;
+           a->done_cache != b->done_cache || str_differs(a->cluster_nodes, b->cluster_nodes);
 }
 
 /* Every field of wxg_consumer_conf_t that a key can fill (the handles are the caller's). */
@@ -648,7 +648,9 @@ static void other_value(const wxg_conf_keydef_t *def, int64_t dflt, char *buf, s
         snprintf(buf, size, "127.0.0.2:7");
         break;
     default: /* strings and lists */
-        if (strstr(def->name, ".rate"))
+        if (strstr(def->name, ".nodes"))
+            snprintf(buf, size, "127.0.0.2:7");
+        else if (strstr(def->name, ".rate"))
             snprintf(buf, size, "%s", strcmp(def->def, "2.5") != 0 ? "2.5" : "3.5");
         else
             snprintf(buf, size, "%s", strcmp(def->def, "t1") != 0 ? "t1" : "t2");
@@ -842,6 +844,54 @@ static void guard_and_consumer_confs_carry_each_key_to_its_field(void **state)
     wxg_conf_free(c);
 }
 
+/* redis.cluster.nodes reaches the guard as cluster_nodes and implies cluster (one shard per
+ * script call); a seed list the guard could not parse, or one combined with Sentinel or a
+ * database other than 0, is refused with the keys named. */
+static void cluster_nodes_reach_the_guard_and_conflicts_are_refused(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    mapped m;
+    map_both(c, &m);
+    assert_null(m.guard.cluster_nodes);
+    assert_false(m.guard.cluster);
+    assert_int_equal(load(c, "redis.cluster.nodes = 10.0.0.1:7000, [::1]:7001,r3.test:7002\n", err),
+                     0);
+    map_both(c, &m);
+    assert_string_equal(m.guard.cluster_nodes, "10.0.0.1:7000, [::1]:7001,r3.test:7002");
+    assert_true(m.guard.cluster);
+    wxg_conf_free(c);
+
+    static const char *const bad[] = {"10.0.0.1", "10.0.0.1:0", "::1:7000",
+                                      "a:1,,b:2", "a:1,",       "a b:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = new_conf(WXG_PROG_CONSUMER);
+        if (wxg_conf_set(c, "redis.cluster.nodes", bad[i], err, sizeof err) != WXG_ECONFIG)
+            fail_msg("redis.cluster.nodes = %s was accepted", bad[i]);
+        assert_non_null(strstr(err, "redis.cluster.nodes"));
+        wxg_conf_free(c);
+    }
+
+    c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c,
+                          "redis.cluster.nodes = 127.0.0.1:7000\n"
+                          "redis.sentinels = 127.0.0.1:26379\nredis.sentinel.master = m\n",
+                          err),
+                     0);
+    char prefix[WXG_GUARD_PREFIX_MAX + 1];
+    wxg_guard_conf_t gc;
+    assert_int_equal(wxg_conf_guard(c, &gc, prefix, sizeof prefix, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.cluster.nodes and redis.sentinels"));
+    wxg_conf_free(c);
+
+    c = new_conf(WXG_PROG_CONSUMER);
+    assert_int_equal(load(c, "redis.cluster.nodes = 127.0.0.1:7000\nredis.db = 2\n", err), 0);
+    assert_int_equal(wxg_conf_guard(c, &gc, prefix, sizeof prefix, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.db"));
+    wxg_conf_free(c);
+}
+
 /* Every format word the table allows is one the decoder knows. */
 static void every_consumer_format_maps_to_a_decoder_format(void **state)
 {
@@ -917,6 +967,7 @@ int main(void)
         cmocka_unit_test(reference_ranges_read_like_the_docs),
         cmocka_unit_test(every_redis_guard_and_consumer_key_lands_in_the_mapped_conf),
         cmocka_unit_test(guard_and_consumer_confs_carry_each_key_to_its_field),
+        cmocka_unit_test(cluster_nodes_reach_the_guard_and_conflicts_are_refused),
         cmocka_unit_test(every_consumer_format_maps_to_a_decoder_format),
         cmocka_unit_test(the_key_prefix_fits_the_guard_with_its_colon),
     };
