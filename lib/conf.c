@@ -245,17 +245,17 @@ static const wxg_conf_keydef_t keys[] = {
     KDUR("guard.wait.timeout.ms", "500ms", 1, 1 * MIN, C_ | T_, "Timeout of that WAIT."),
     {.name = "guard.done.expected.rate",
      .type = WXG_CONF_STRING,
-     .def = "1000",
+     .def = "auto",
      .min = 1,
      .max = 32,
      .programs = C_ | T_,
-     .desc = "Finished messages per second expected across all replicas (a decimal number, "
-             "e.g. 0.17 for 100,000 a week). It sizes the compact DONE markers' buckets so that "
-             "each holds about 64 markers: far above the real rate, buckets stay sparse and "
-             "every marker costs more memory; far below it, buckets outgrow Redis's compact "
-             "encoding. Every replica and wxguardctl on one prefix must use the same value "
-             "(the layout is stamped in Redis; a value that gives another one is refused at "
-             "start-up).",
+     .desc = "Finished messages per second across all replicas, which sizes the compact DONE "
+             "markers' buckets so that each holds about 64 markers. auto (the default) sizes "
+             "every new time bucket from the markers the one before it holds, so the layout "
+             "follows the real rate without an operator (the first time bucket of a prefix is "
+             "sized for 1000/s); a decimal number (e.g. 0.17 for 100,000 a week) pins it. "
+             "Every replica and wxguardctl on one prefix must use the same value (the layout "
+             "is stamped in Redis; another one is refused at start-up).",
      .check = check_rate},
     {.name = "guard.shards",
      .type = WXG_CONF_INT,
@@ -871,8 +871,10 @@ static int check_rate(const char *value, char *errstr, size_t errstr_size)
     char *end = NULL;
     errno = 0;
     double v = strtod(value, &end);
+    if (strcmp(value, "auto") == 0)
+        return 0;
     if (errno != 0 || end == value || *end != '\0' || !(v > 0) || v > 1e9) {
-        wxg__errf(errstr, errstr_size, "not a rate: a positive decimal number up to 1e9");
+        wxg__errf(errstr, errstr_size, "not a rate: auto, or a positive decimal number up to 1e9");
         return WXG_EINVAL;
     }
     return 0;

@@ -125,7 +125,9 @@ int wxg_conf_guard(const wxg_conf_t *conf, wxg_guard_conf_t *out, char *prefix, 
     gc.wait_timeout_ms = (int)wxg_conf_int(conf, "guard.wait.timeout.ms");
     gc.batch_max = (int)wxg_conf_int(conf, "consumer.batch.max");
     /* The compact markers' geometry (checked by the table: a positive rate, a power of two). */
-    gc.done_expected_rate = strtod(wxg_conf_get(conf, "guard.done.expected.rate"), NULL);
+    /* "auto": 0, the layout that follows the real rate (docs/guard.md §3.6). */
+    const char *rate = wxg_conf_get(conf, "guard.done.expected.rate");
+    gc.done_expected_rate = strcmp(rate, "auto") == 0 ? 0 : strtod(rate, NULL);
     int64_t shards = wxg_conf_int(conf, "guard.shards");
     gc.shard_bits = 0;
     while (gc.shard_bits < 16 && (1LL << gc.shard_bits) < shards)

@@ -198,7 +198,7 @@ void wxg_guard_conf_init(wxg_guard_conf_t *c)
     c->done_retention_ms = 7LL * 24 * 3600 * 1000;
     c->failed_retention_ms = 7LL * 24 * 3600 * 1000;
     c->wait_timeout_ms = 100;
-    c->done_expected_rate = 1000.0;
+    c->done_expected_rate = 0; /* adaptive */
     c->done_bucket_target = 64;
     c->shard_bits = 10;
     c->batch_max = 64;

@@ -377,11 +377,15 @@ static int check_stamp(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
             rg->layout_key);
     } else if (r->len != strlen(rg->stamp) || memcmp(r->str, rg->stamp, r->len) != 0) {
         rc = WXG_ECONFIG;
+        /* The stored selector part says which setting gives it back. */
+        int stored_auto = strstr(r->str, "sel=auto") != NULL; /* hiredis ends it with NUL */
         wxg__guard_errf(errstr, errstr_size,
                         "the DONE-marker layout stored under %s is \"%.*s\" but this configuration "
-                        "gives \"%s\"; markers would not be found. Keep the stored geometry (pin "
-                        "done_selector_bits, shard_bits and done_bucket_ms) or use a new prefix",
-                        rg->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, rg->stamp);
+                        "gives \"%s\"; markers would not be found. Keep the stored geometry (%s, "
+                        "and the same shard_bits and done_bucket_ms) or use a new prefix",
+                        rg->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, rg->stamp,
+                        stored_auto ? "guard.done.expected.rate = auto, done_selector_bits 0"
+                                    : "pin done_selector_bits to the stored sel");
     } else {
         rg->stamp_checked_ms = wxg__guard_mono_ms();
     }
@@ -587,6 +591,19 @@ static int cluster_open(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size
     return rg->cluster ? 0 : rc;
 }
 
+/* The adaptive layout of the current time bucket, read (or stamped) now rather than by the first
+ * call: once per time bucket and handle (lib/guard_geom.c). A failure is left for that call. */
+static void layout_prefetch(wxg__guard_redis_t *rg)
+{
+    if (!rg->geom.adaptive)
+        return;
+    int64_t now = wxg__guard_clock_us(rg) / 1000, width = rg->geom.bucket_ms;
+    int64_t tb = now / width;
+    int sel = 0;
+    if (wxg__guard_sel(rg, tb, 1, &sel) == 0)
+        wxg__guard_sel(rg, tb - 1, 0, &sel);
+}
+
 /* Connects, authenticates, selects the database, checks the role (Sentinel mode), loads the
  * scripts and checks the stamp. On failure nothing stays connected. */
 static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
@@ -607,6 +624,7 @@ static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_siz
             return rc;
         }
         rg->stats->connects++;
+        layout_prefetch(rg);
         return 0;
     }
     const char *host = rg->host;
@@ -632,6 +650,7 @@ static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_siz
         return rc;
     }
     rg->stats->connects++;
+    layout_prefetch(rg);
     return 0;
 }
 

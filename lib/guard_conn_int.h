@@ -43,10 +43,19 @@
  * between the retention and retention * (1 + 1 / this). Chosen by measurement: docs/guard.md. */
 #define WXG__BUCKETS_PER_RETENTION 1
 
+/* The adaptive layout (docs/guard.md §3.6): the rate the first time bucket of a prefix is sized
+ * for, and the highest rate the one field width it keeps for every time bucket is sized for. */
+#define WXG__ADAPTIVE_FIRST_RATE 1000.0
+#define WXG__ADAPTIVE_MAX_RATE   1e5
+
 /* Geometry of the compact DONE markers, derived from the configuration. */
 typedef struct wxg__guard_geom {
     int shard_bits;        /* hash-tag shard = first shard_bits bits of the fingerprint */
-    int selector_bits;     /* shard bits + sub-bucket bits: fingerprint bits implied by a bucket */
+    int selector_bits;     /* shard bits + sub-bucket bits: fingerprint bits implied by a bucket;
+                              adaptive: the first time bucket's (each later one's is stamped in
+                              Redis, wxg__guard_sel) */
+    int adaptive;          /* 1: selector bits per time bucket, from the one before */
+    int bucket_target;     /* aimed-for mean entries per bucket */
     int field_bytes;       /* stored fingerprint bytes per marker */
     int required_bits;     /* fingerprint bits needed for the false-duplicate bound */
     int64_t bucket_ms;     /* time-bucket width */
@@ -58,6 +67,16 @@ typedef struct wxg__guard_geom {
 
 /* Smallest b with n(n-1)/2 / 2^b < p (birthday bound). */
 int wxg__guard_required_bits(double n, double p);
+
+/* The selector bits of a time bucket that is to hold `markers` markers. */
+int wxg__guard_sel_for_count(const wxg__guard_geom_t *g, double markers);
+
+/* The name of the DONE bucket <prefix>{s<shard>}:d:<sub>:<tb>, and that of a fingerprint's
+ * bucket of time bucket tb under `sel` selector bits. 0 or WXG_EINVAL (no room). */
+int wxg__guard_bucket_name(const char *prefix, int shard_bits, unsigned shard, uint64_t sub,
+                           int64_t tb, char *out, size_t size);
+int wxg__guard_bucket_of(const char *prefix, const wxg__guard_geom_t *g, int sel,
+                         const unsigned char fp[32], int64_t tb, char *out, size_t size);
 
 /* Derives the geometry; returns 0 or WXG_ECONFIG with a reason in errstr. */
 int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, char *errstr,
@@ -168,6 +187,8 @@ typedef struct wxg__guard_sentinel {
     int port;
 } wxg__guard_sentinel_t;
 
+#define WXG__GEOM_CACHE 8
+
 /* The state of a Redis design's handle (its wxg__guard_impl). */
 typedef struct wxg__guard_redis {
     /* The handle this state belongs to, with its counters and error buffer (set by
@@ -200,6 +221,12 @@ typedef struct wxg__guard_redis {
     char sha[WXG__S_COUNT][41];
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
+    /* The selector bits of recent time buckets (adaptive layout, lib/guard_geom.c); sel 0:
+     * an empty slot. */
+    struct {
+        int64_t tb;
+        int sel;
+    } gcache[WXG__GEOM_CACHE];
     /* A design's own state beside this one (the native design's), freed by its destroy. */
     void *design_state;
     /* The server's clock, sampled with TIME (wxg__guard_clock_sample): its time in µs, and this
@@ -264,6 +291,19 @@ typedef struct wxg__guard_cmd {
  * treats them as a timeout, never as done. */
 int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
                              int extra_ms, redisReply **replies, size_t *got);
+
+/* ---- The layout of each time bucket (lib/guard_geom.c) ---- */
+
+/* The selector bits of time bucket tb: the pinned ones, or (adaptive layout) its stamp in Redis,
+ * which `create` makes when there is none (from the markers of the time bucket before); without
+ * `create` a time bucket without a stamp holds nothing and any selector bits do. May talk to
+ * Redis (once per time bucket and handle). 0 or an error code, with the last error set. */
+int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel);
+
+/* The name of fingerprint fp's DONE bucket of time bucket tb (wxg__guard_sel, then
+ * wxg__guard_bucket_of). */
+int wxg__guard_bucket(wxg__guard_redis_t *rg, const unsigned char fp[32], int64_t tb, int create,
+                      char *out, size_t size);
 
 /* Samples the server's clock with TIME on the live connection. 0 or an error code. */
 int wxg__guard_clock_sample(wxg__guard_redis_t *rg);
@@ -353,10 +393,11 @@ int wxg__guard_batch_init(wxg__guard_batch_t *b, int script, size_t n, int nargs
 void wxg__guard_batch_free(wxg__guard_batch_t *b);
 
 /* Sets the batch's time window from the handle's estimate of the server's clock (with a margin
- * either side, so that the buckets live at the server's time are among them) and appends its
- * four header arguments: NB, TB_HI, width, retention. Call it first, after the items' names
- * are computed and before any other header argument. 0 or WXG_ENOMEM. */
-int wxg__guard_batch_window(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b);
+ * either side, so that the buckets live at the server's time are among them), names each
+ * message's bucket of each time bucket in the layout of that time bucket (wxg__guard_sel: may
+ * talk to Redis) and appends its four header arguments: NB, TB_HI, width, retention. Call it first,
+ * after the items' names are computed and before any other header argument. 0 or WXG_ENOMEM. */
+int wxg__guard_batch_window(wxg__guard_redis_t *rg, wxg__guard_batch_t *b);
 
 /* Appends a numeric argument sent once per script call, before the per-message ones. */
 void wxg__guard_batch_hdr_num(wxg__guard_batch_t *b, long long v);

@@ -47,8 +47,8 @@ static int geom_check(const wxg_guard_conf_t *c, char *errstr, size_t errstr_siz
         wxg__errf(errstr, errstr_size, "done_retention_ms must be positive");
         return WXG_ECONFIG;
     }
-    if (!(c->done_expected_rate > 0) || c->done_expected_rate > 1e9) {
-        wxg__errf(errstr, errstr_size, "done_expected_rate must be in (0, 1e9]");
+    if (c->done_expected_rate < 0 || c->done_expected_rate > 1e9) {
+        wxg__errf(errstr, errstr_size, "done_expected_rate must be in [0, 1e9] (0: adaptive)");
         return WXG_ECONFIG;
     }
     if (c->done_bucket_target < 1 || c->done_bucket_target > 128) {
@@ -61,6 +61,38 @@ static int geom_check(const wxg_guard_conf_t *c, char *errstr, size_t errstr_siz
         wxg__errf(errstr, errstr_size, "shard_bits must be 0..16");
         return WXG_ECONFIG;
     }
+    return 0;
+}
+
+/* Selector bits for `per_time_bucket` markers in one time bucket, `target` per bucket. */
+static int sel_for(double per_time_bucket, int target, int shard_bits)
+{
+    double want = per_time_bucket / (double)target;
+    int sel = want > 1.0 ? (int)ceil(log2(want)) : 0;
+    return sel < shard_bits ? shard_bits : sel;
+}
+
+int wxg__guard_sel_for_count(const wxg__guard_geom_t *g, double markers)
+{
+    int sel = sel_for(markers, g->bucket_target, g->shard_bits);
+    return sel > WXG__SELECTOR_BITS_MAX ? WXG__SELECTOR_BITS_MAX : sel;
+}
+
+/* The fingerprint bytes a field needs so that selector + field bits meet the false-duplicate
+ * bound for `window` markers; WXG_ECONFIG (with errstr) when that exceeds the maximum. */
+static int field_bytes_for(double window, int sel, int *fb, int *required, char *errstr,
+                           size_t errstr_size)
+{
+    *required = wxg__guard_required_bits(window, WXG__FALSE_DUP_P);
+    int b = (*required - sel + 7) / 8;
+    if (b < WXG__FIELD_BYTES_MIN)
+        b = WXG__FIELD_BYTES_MIN;
+    if (b > WXG__FIELD_BYTES_MAX) {
+        wxg__errf(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", b,
+                  WXG__FIELD_BYTES_MAX);
+        return WXG_ECONFIG;
+    }
+    *fb = b;
     return 0;
 }
 
@@ -85,14 +117,14 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
         return WXG_ECONFIG;
     }
     r.shard_bits = c->shard_bits;
-    double per_time_bucket = c->done_expected_rate * (double)r.bucket_ms / 1000.0;
-    int sel;
-    if (c->done_selector_bits > 0) {
-        sel = c->done_selector_bits;
-    } else {
-        double want = per_time_bucket / (double)c->done_bucket_target;
-        sel = want > 1.0 ? (int)ceil(log2(want)) : 0;
-    }
+    r.bucket_target = c->done_bucket_target;
+    /* Adaptive: neither a rate nor selector bits pinned. The first time bucket of a prefix is
+     * sized for WXG__ADAPTIVE_FIRST_RATE; each later one from the markers of the one before. */
+    r.adaptive = !(c->done_expected_rate > 0) && c->done_selector_bits <= 0;
+    double rate = r.adaptive ? WXG__ADAPTIVE_FIRST_RATE : c->done_expected_rate;
+    double per_time_bucket = rate * (double)r.bucket_ms / 1000.0;
+    int sel = c->done_selector_bits > 0 ? c->done_selector_bits
+                                        : sel_for(per_time_bucket, c->done_bucket_target, 0);
     if (sel < r.shard_bits)
         sel = r.shard_bits;
     if (sel > WXG__SELECTOR_BITS_MAX) {
@@ -102,29 +134,48 @@ int wxg__guard_geom_compute(const wxg_guard_conf_t *c, wxg__guard_geom_t *g, cha
     }
     r.selector_bits = sel;
     r.bucket_mean = per_time_bucket / ldexp(1.0, sel);
-    double window = c->done_expected_rate * (double)(r.retention_ms + r.bucket_ms) / 1000.0;
+    double window = rate * (double)(r.retention_ms + r.bucket_ms) / 1000.0;
     r.window_markers = window > WXG__FALSE_DUP_MARKERS ? window : WXG__FALSE_DUP_MARKERS;
-    r.required_bits = wxg__guard_required_bits(r.window_markers, WXG__FALSE_DUP_P);
-    int field_bits = r.required_bits - sel;
-    int fb = (field_bits + 7) / 8;
-    if (fb < WXG__FIELD_BYTES_MIN)
-        fb = WXG__FIELD_BYTES_MIN;
-    if (fb > WXG__FIELD_BYTES_MAX) {
-        wxg__errf(errstr, errstr_size, "needed fingerprint of %d bytes exceeds %d", fb,
-                  WXG__FIELD_BYTES_MAX);
-        return WXG_ECONFIG;
-    }
-    r.field_bytes = fb;
+    rc = field_bytes_for(r.window_markers, sel, &r.field_bytes, &r.required_bits, errstr,
+                         errstr_size);
     double n = r.window_markers;
-    r.false_dup = n * (n - 1.0) / 2.0 / ldexp(1.0, sel + 8 * fb);
+    int bound_sel = sel;
+    if (rc == 0 && r.adaptive) {
+        /* One field width for every time bucket, whatever its selector bits: wide enough for
+         * the fewest selector bits (the shards alone) at the floor of the bound, and for
+         * WXG__ADAPTIVE_MAX_RATE with the selector bits that rate gets. Between the two the
+         * bound only eases (halving the rate halves the selector range but quarters the
+         * pairs), so the stated bound is the one at WXG__ADAPTIVE_MAX_RATE. */
+        int fb_low = 0, fb_high = 0, req = 0;
+        double high = WXG__ADAPTIVE_MAX_RATE * (double)(r.retention_ms + r.bucket_ms) / 1000.0;
+        if (high < WXG__FALSE_DUP_MARKERS)
+            high = WXG__FALSE_DUP_MARKERS;
+        int high_sel =
+            wxg__guard_sel_for_count(&r, WXG__ADAPTIVE_MAX_RATE * (double)r.bucket_ms / 1000.0);
+        rc = field_bytes_for(WXG__FALSE_DUP_MARKERS, r.shard_bits, &fb_low, &req, errstr,
+                             errstr_size);
+        if (rc == 0)
+            rc = field_bytes_for(high, high_sel, &fb_high, &req, errstr, errstr_size);
+        r.field_bytes = fb_low > fb_high ? fb_low : fb_high;
+        n = high;
+        bound_sel = high_sel;
+    }
+    if (rc)
+        return rc;
+    r.false_dup = n * (n - 1.0) / 2.0 / ldexp(1.0, bound_sel + 8 * r.field_bytes);
     *g = r;
     return 0;
 }
 
 int wxg__guard_geom_stamp(const wxg__guard_geom_t *g, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s shard=%d sel=%d field=%d width=%lld", WXG__LAYOUT_VERSION,
-                     g->shard_bits, g->selector_bits, g->field_bytes, (long long)g->bucket_ms);
+    char sel[16];
+    if (g->adaptive)
+        snprintf(sel, sizeof sel, "auto");
+    else
+        snprintf(sel, sizeof sel, "%d", g->selector_bits);
+    int n = snprintf(buf, size, "%s shard=%d sel=%s field=%d width=%lld", WXG__LAYOUT_VERSION,
+                     g->shard_bits, sel, g->field_bytes, (long long)g->bucket_ms);
     return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
 }
 
@@ -191,6 +242,23 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
     return 0;
 }
 
+int wxg__guard_bucket_name(const char *prefix, int shard_bits, unsigned shard, uint64_t sub,
+                           int64_t tb, char *out, size_t size)
+{
+    int w = shard_bits > 0 ? (shard_bits + 3) / 4 : 1;
+    int n = snprintf(out, size, "%s{s%0*x}:d:%llu:%lld", prefix, w, shard, (unsigned long long)sub,
+                     (long long)tb);
+    return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
+}
+
+int wxg__guard_bucket_of(const char *prefix, const wxg__guard_geom_t *g, int sel,
+                         const unsigned char fp[32], int64_t tb, char *out, size_t size)
+{
+    unsigned shard = (unsigned)fp_bits(fp, 0, g->shard_bits);
+    uint64_t sub = fp_bits(fp, g->shard_bits, sel - g->shard_bits);
+    return wxg__guard_bucket_name(prefix, g->shard_bits, shard, sub, tb, out, size);
+}
+
 int wxg__guard_inflight_owner(uint64_t fence, char out[WXG_GUARD_OWNER_LEN + 1])
 {
     char dec[24];
@@ -231,10 +299,19 @@ int wxg__guard_prefix_valid(const char *prefix)
 
 int wxg__guard_geom_describe(const wxg__guard_geom_t *m, char *buf, size_t size)
 {
+    /* Adaptive: each time bucket's selector bits are stamped in Redis; the first one's are
+     * shown, and the bound is the one at the highest rate the field width is sized for. */
+    char sel[48];
+    if (m->adaptive)
+        snprintf(sel, sizeof sel, "auto first_selector_bits=%d", m->selector_bits);
+    else
+        snprintf(sel, sizeof sel, "%d", m->selector_bits);
     int n = snprintf(buf, size,
-                     "shards=%d selector_bits=%d field_bytes=%d bucket_ms=%lld retention_ms=%lld "
-                     "bucket_mean=%.1f window_markers=%.3g false_duplicate_bound=%.3g",
-                     1 << m->shard_bits, m->selector_bits, m->field_bytes, (long long)m->bucket_ms,
-                     (long long)m->retention_ms, m->bucket_mean, m->window_markers, m->false_dup);
+                     "shards=%d selector_bits=%s field_bytes=%d bucket_ms=%lld retention_ms=%lld "
+                     "bucket_target=%d bucket_mean=%.1f window_markers=%.3g "
+                     "false_duplicate_bound=%.3g",
+                     1 << m->shard_bits, sel, m->field_bytes, (long long)m->bucket_ms,
+                     (long long)m->retention_ms, m->bucket_target, m->bucket_mean,
+                     m->window_markers, m->false_dup);
     return n > 0 && (size_t)n < size ? 0 : WXG_EINVAL;
 }

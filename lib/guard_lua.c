@@ -217,27 +217,33 @@ static int64_t floor_div(int64_t a, int64_t b)
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-int wxg__guard_batch_window(const wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
+int wxg__guard_batch_window(wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
 {
     int64_t now = wxg__guard_clock_us(rg) / 1000, width = rg->geom.bucket_ms;
     int64_t hi = floor_div(now + WXG__CLOCK_MARGIN_MS, width);
     int64_t lo = floor_div(now - WXG__CLOCK_MARGIN_MS - rg->geom.retention_ms, width);
+    int64_t cur = floor_div(now, width);
     b->tb_hi = hi;
     b->nb = (int)(hi - lo + 1);
     b->names = malloc(b->n * (size_t)b->nb * WXG__KEY_MAX);
     if (!b->names)
         return WXG_ENOMEM;
-    char sfx[24];
+    /* The layout of each time bucket first (lib/guard_geom.c: it may ask Redis, once per time
+     * bucket and handle); a script may write into the current one or, near a boundary, the
+     * next one, whose layouts must therefore be stamped before it runs. */
+    int sel[66];
+    for (int j = 0; j < b->nb && j < 66; j++) {
+        int rc = wxg__guard_sel(rg, hi - j, hi - j >= cur, &sel[j]);
+        if (rc)
+            return rc;
+    }
     for (size_t i = 0; i < b->n; i++) {
-        const wxg__guard_keys_t *k = &b->items[i].k;
         for (int j = 0; j < b->nb; j++) {
             char *name = b->names + (i * (size_t)b->nb + (size_t)j) * WXG__KEY_MAX;
-            size_t sl = wxg__put_dec(sfx, (uint64_t)(hi - j));
-            if (k->stem_len + sl >= WXG__KEY_MAX)
-                return WXG_EINVAL;
-            memcpy(name, k->stem, k->stem_len);
-            memcpy(name + k->stem_len, sfx, sl);
-            name[k->stem_len + sl] = '\0';
+            int rc = wxg__guard_bucket_of(rg->prefix, &rg->geom, sel[j], b->items[i].fp, hi - j,
+                                          name, WXG__KEY_MAX);
+            if (rc)
+                return rc;
         }
     }
     wxg__guard_batch_hdr_num(b, b->nb);

@@ -97,11 +97,17 @@ static int64_t safe_bucket(const wxg__guard_redis_t *rg, int64_t now_ms)
     return tb;
 }
 
-static void bucket_name(const wxg__guard_keys_t *k, int64_t tb, char *out)
+/* The selector bits of time bucket tb (stamped when `create` and missing: lib/guard_geom.c). */
+static int sel_of(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
 {
-    memcpy(out, k->stem, k->stem_len);
-    size_t n = wxg__put_dec(out + k->stem_len, (uint64_t)tb);
-    out[k->stem_len + n] = '\0';
+    return wxg__guard_sel(rg, tb, create, sel);
+}
+
+/* Fingerprint fp's bucket of time bucket tb, laid out with `sel` selector bits. */
+static int bucket_name(const wxg__guard_redis_t *rg, const unsigned char fp[32], int sel,
+                       int64_t tb, char *out)
+{
+    return wxg__guard_bucket_of(rg->prefix, &rg->geom, sel, fp, tb, out, WXG__KEY_MAX);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -289,7 +295,12 @@ static int claim_round1(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
                         uint64_t fence, npipe_t *p, char *names, int nold, char *expire_at)
 {
     char owner[WXG_GUARD_OWNER_LEN + 1];
+    int sel = 0, old[66];
     int rc = wxg__guard_inflight_owner(fence, owner);
+    if (rc == 0)
+        rc = sel_of(rg, tb, 1, &sel);
+    for (int j = 0; j < nold && j < 66 && rc == 0; j++)
+        rc = sel_of(rg, tb - 1 - j, 0, &old[j]);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (fps)
             memcpy(c[i].fp, fps[i], 32);
@@ -302,14 +313,17 @@ static int claim_round1(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
         memcpy(c[i].owner, owner, sizeof owner);
         inflight_value(&c[i], fence);
         snprintf(c[i].tag, sizeof c[i].tag, "%d", wxg__guard_payload_tag(msgs[i].payload_hash));
-        bucket_name(&c[i].k, tb, c[i].cur);
+        rc = bucket_name(rg, c[i].fp, sel, tb, c[i].cur);
+        if (rc)
+            break;
         size_t cl = strlen(c[i].cur);
         c[i].hsetnx = npipe_add(p, 4, "HSETNX", 6, c[i].cur, cl, (const char *)c[i].k.field,
                                 c[i].k.field_len, c[i].value, strlen(c[i].value));
         npipe_add(p, 3, "PEXPIREAT", 9, c[i].cur, cl, expire_at, strlen(expire_at), NULL, 0);
         for (int j = 0; j < nold; j++) {
             char *nm = names + (i * (size_t)nold + (size_t)j) * WXG__KEY_MAX;
-            bucket_name(&c[i].k, tb - 1 - j, nm);
+            if (bucket_name(rg, c[i].fp, old[j], tb - 1 - j, nm) != 0)
+                return WXG_EINVAL;
             npipe_add(p, 3, "HGET", 4, nm, strlen(nm), (const char *)c[i].k.field, c[i].k.field_len,
                       NULL, 0);
         }
@@ -579,6 +593,7 @@ static int plugin_done_native(wxg__guard_redis_t *rg, const wxg_guard_plugin_don
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%lld", (long long)rg->conf.inflight_ttl_ms);
+    int sel = 0;
     npipe_t p;
     int rc = npipe_init(&p, 4 * n);
     if (rc)
@@ -592,7 +607,11 @@ static int plugin_done_native(wxg__guard_redis_t *rg, const wxg_guard_plugin_don
         rc = ticket_keys(rg, t, &st[i].k, st[i].fp);
         if (rc)
             break;
-        bucket_name(&st[i].k, tb, st[i].bucket);
+        rc = sel_of(rg, tb, 1, &sel);
+        if (rc == 0)
+            rc = bucket_name(rg, st[i].fp, sel, tb, st[i].bucket);
+        if (rc)
+            break;
         st[i].value = inflight_of(t->fence, t->owner);
         st[i].at = npipe_add(&p, 3, "HGET", 4, st[i].bucket, strlen(st[i].bucket),
                              (const char *)st[i].k.field, st[i].k.field_len, NULL, 0);
@@ -718,6 +737,7 @@ enum { NC_OK, NC_POINTER, NC_UNDO_DONE, NC_UNDO_LOST, NC_WRITE };
 static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
                            const char *native, nstep_t *st, int *kind, int64_t tb)
 {
+    int sel = 0;
     npipe_t p;
     int rc = npipe_init(&p, n);
     if (rc)
@@ -731,7 +751,11 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
         rc = ticket_keys(rg, &t[i], &st[i].k, st[i].fp);
         if (rc)
             break;
-        bucket_name(&st[i].k, tb, st[i].bucket);
+        rc = sel_of(rg, tb, 1, &sel);
+        if (rc == 0)
+            rc = bucket_name(rg, st[i].fp, sel, tb, st[i].bucket);
+        if (rc)
+            break;
         st[i].value = inflight_of(t[i].fence, t[i].owner);
         snprintf(st[i].arg, sizeof st[i].arg, "%lld", (long long)(t[i].payload_tag - st[i].value));
         st[i].at =

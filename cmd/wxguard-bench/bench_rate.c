@@ -1,26 +1,34 @@
 /*
  * wxguard-bench guard --rate: Redis memory per compact DONE marker at the steady-state density
- * of a given rate, with the layout the guard chooses for that rate.
+ * of a given rate, in the layouts a deployment can have at that rate.
  *
  * A time bucket of the default layout is as wide as the retention (7 days), so at 10,000
  * messages/s one of them holds six billion markers: no benchmark can write that. What decides
  * the bytes per marker, though, is only how full each bucket hash is and how wide its fields
  * are, and both follow from the layout: a bucket holds on average rate x width / 2^selector_bits
- * markers of field_bytes bytes each. So for each rate this program opens a guard handle with
- * done_expected_rate = rate (what guard.done.expected.rate does in the consumer), reads the
- * geometry it chose from wxg_guard_describe_layout(), and writes `markers` markers into as many
- * buckets as hold them at that mean, spread at random (so each bucket's count varies as in
- * steady state), with the guard's names, field widths, values, sentinel field and expiry. It
- * reports used_memory growth per marker and how many buckets Redis keeps in the compact
- * listpack encoding.
+ * markers of field_bytes bytes each. So for each rate this program opens guard handles as
+ * wxguard-consumer configures them from the keys and reads the geometry each chose from
+ * wxg_guard_describe_layout(), in three layouts:
+ *   - auto: guard.done.expected.rate = auto (the default). Every time bucket is sized from the
+ *     markers of the one before (docs/guard.md §3.6), so from the second time bucket on it has
+ *     the selector bits of rate x width markers at bucket_target each, with the field width the
+ *     adaptive layout keeps for every rate;
+ *   - stated: the rate pinned in the configuration (guard.done.expected.rate = rate);
+ *   - pinned 1000: the layout of a deployment that pinned 1000/s whatever its real rate.
+ * It writes `markers` markers into as many buckets as hold them at the layout's mean, spread at
+ * random (so each bucket's count varies as in steady state), with the guard's names, field
+ * widths, values and expiry, and reports used_memory growth per marker and how many buckets Redis
+ * keeps in the compact listpack encoding.
  *
  * Threads: one, with its own connection. The database must be empty; it is flushed after each
- * rate.
+ * row.
  */
 #include <hiredis/hiredis.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
 #include "wxguard/guard.h"
@@ -31,14 +39,17 @@ typedef struct geom {
     double bucket_mean;
 } geom;
 
-static int layout_of(const struct wxg_conf_s *conf, double rate, geom *g, char *desc, size_t dsize)
+/* The geometry of a handle configured as wxguard-consumer does, with guard.done.expected.rate
+ * = layout_rate (0: auto), for traffic at `rate`. */
+static int layout_of(const struct wxg_conf_s *conf, double layout_rate, double rate, geom *g,
+                     char *desc, size_t dsize)
 {
-    /* The guard as wxguard-consumer configures it from the keys, at this rate. */
     wxg_guard_conf_t c;
     char mapped_prefix[WXG_GUARD_PREFIX_MAX + 1];
     wxgb_conf_guard(conf, &c, mapped_prefix, sizeof mapped_prefix);
     c.prefix = "wxgbrate:";
-    c.done_expected_rate = rate;
+    c.done_expected_rate = layout_rate;
+    c.done_selector_bits = 0;
     char err[256] = "";
     wxg_guard_t *h = wxg_guard_new(&c, NULL, err, sizeof err);
     if (!h) {
@@ -47,11 +58,26 @@ static int layout_of(const struct wxg_conf_s *conf, double rate, geom *g, char *
     }
     int rc = wxg_guard_describe_layout(h, desc, dsize);
     wxg_guard_destroy(h);
-    if (rc != 0 || sscanf(desc, "shards=%d selector_bits=%d field_bytes=%d bucket_ms=%lld",
-                          &g->shards, &g->selector_bits, &g->field_bytes, &g->bucket_ms) != 4)
+    int target = 0;
+    const char *t = strstr(desc, "bucket_target=");
+    const char *fb = strstr(desc, "field_bytes=");
+    if (rc != 0 || !t || !fb || sscanf(desc, "shards=%d", &g->shards) != 1 ||
+        sscanf(fb, "field_bytes=%d bucket_ms=%lld", &g->field_bytes, &g->bucket_ms) != 2 ||
+        sscanf(t, "bucket_target=%d", &target) != 1 || target < 1)
         return -1;
-    const char *m = strstr(desc, "bucket_mean=");
-    g->bucket_mean = m ? strtod(m + 12, NULL) : 0;
+    int shard_bits = __builtin_ctz((unsigned)g->shards);
+    double per_time_bucket = rate * (double)g->bucket_ms / 1000.0;
+    if (layout_rate > 0) {
+        if (sscanf(desc, "shards=%*d selector_bits=%d", &g->selector_bits) != 1)
+            return -1;
+    } else {
+        /* What the stamp of a time bucket after one at this rate says: the smallest selector
+         * bits with at most `target` markers per bucket, and never fewer than the shards. */
+        g->selector_bits = shard_bits;
+        while (g->selector_bits < 40 && per_time_bucket / ldexp(1.0, g->selector_bits) > target)
+            g->selector_bits++;
+    }
+    g->bucket_mean = per_time_bucket / ldexp(1.0, g->selector_bits);
     return 0;
 }
 
@@ -99,12 +125,17 @@ static void fill(redisContext *c, const geom *g, uint64_t markers, uint64_t nb, 
     uint64_t off = rng(seed);
     for (uint64_t b = 0; b < nb; b++)
         ids[b] = (b * 0x9e3779b97f4a7c15ULL + off) & ((1ULL << g->selector_bits) - 1);
-    long long tb = 2950, expire_at = (tb + 1) * g->bucket_ms + g->bucket_ms;
+    /* The current time bucket, expiring when the guard's would (one in the past would make
+     * Redis delete each bucket as it is created). */
+    long long tb = (long long)time(NULL) * 1000 / g->bucket_ms;
+    long long expire_at = (tb + 1) * g->bucket_ms + g->bucket_ms;
     const uint64_t depth = 256;
     for (uint64_t done = 0; done < markers;) {
         uint64_t n = markers - done < depth ? markers - done : depth;
         for (uint64_t i = 0; i < n; i++) {
-            uint64_t b = rng(seed) % nb;
+            /* As many buckets as markers: a layout far too wide for the rate, one marker in
+             * each (two in one of 2^selector_bits buckets are rare). */
+            uint64_t b = nb == markers ? done + i : rng(seed) % nb;
             unsigned shard = (unsigned)(ids[b] >> sub_bits);
             unsigned long long sub = ids[b] & ((1ULL << sub_bits) - 1);
             char key[128], field[16], tag[8];
@@ -112,8 +143,9 @@ static void fill(redisContext *c, const geom *g, uint64_t markers, uint64_t nb, 
             for (int k = 0; k < g->field_bytes; k++)
                 field[k] = (char)rng(seed);
             snprintf(tag, sizeof tag, "%d", (int)(int16_t)rng(seed));
-            redisAppendCommand(c, "HSET %s %b %s _ %s", key, field, (size_t)g->field_bytes, tag,
-                               "");
+            /* The native design's marker (the Lua design's buckets hold one sentinel field
+             * more each). */
+            redisAppendCommand(c, "HSET %s %b %s", key, field, (size_t)g->field_bytes, tag);
             if (!created[b]) {
                 created[b] = 1;
                 redisAppendCommand(c, "PEXPIREAT %s %lld", key, expire_at);
@@ -158,16 +190,42 @@ static void encodings(redisContext *c, long long *listpack, long long *other)
     }
 }
 
+/* One row: `markers` markers in the layout g; 0 or -1. */
+static int row(redisContext *admin, const char *name, double rate, const geom *g, uint64_t markers,
+               uint64_t *seed)
+{
+    flush(admin);
+    double mean = g->bucket_mean > 1 ? g->bucket_mean : 1;
+    uint64_t nb = (uint64_t)((double)markers / mean + 0.5);
+    if (nb < 1)
+        nb = 1;
+    if (nb > (1ULL << g->selector_bits))
+        nb = 1ULL << g->selector_bits;
+    double m0 = wxgb_info_field(admin, "memory", "used_memory");
+    fill(admin, g, markers, nb, seed);
+    double m1 = wxgb_info_field(admin, "memory", "used_memory");
+    long long lp = 0, other = 0;
+    encodings(admin, &lp, &other);
+    printf("| %g | %s | %d | %d | %d | %.3g | %llu | %.1f | %lld | %lld |\n", rate, name, g->shards,
+           g->selector_bits, g->field_bytes, g->bucket_mean, (unsigned long long)nb,
+           (m1 - m0) / (double)markers, lp, other);
+    fflush(stdout);
+    flush(admin);
+    return 0;
+}
+
 int wxgb_rate_run(struct redisContext *admin, const struct wxg_conf_s *conf, const char *rates,
                   uint64_t markers)
 {
     printf("## wxguard-bench guard --rate\n\n");
-    printf("- markers written per rate: %llu, spread at random over the buckets that hold "
-           "them at the layout's mean\n\n",
+    printf("- markers written per row: %llu, spread at random over the buckets that hold "
+           "them at the layout's mean (a mean below 1 writes one marker per bucket)\n",
            (unsigned long long)markers);
-    printf("| rate (messages/s) | shards | selector bits | field bytes | mean markers per bucket "
-           "| buckets written | used_memory per marker (bytes) | listpack buckets | other "
-           "buckets |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("- layouts: auto = guard.done.expected.rate auto, from the second time bucket on; "
+           "stated = the rate pinned; pinned 1000 = 1000/s pinned whatever the rate\n\n");
+    printf("| rate (messages/s) | layout | shards | selector bits | field bytes | mean markers "
+           "per bucket | buckets written | used_memory per marker (bytes) | listpack buckets | "
+           "other buckets |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     fflush(stdout);
     uint64_t seed = 0x2545F4914F6CDD1DULL;
     for (const char *p = rates; *p;) {
@@ -178,27 +236,20 @@ int wxgb_rate_run(struct redisContext *admin, const struct wxg_conf_s *conf, con
             return 2;
         }
         p = *end == ',' ? end + 1 : end;
-        geom g;
-        char desc[512];
-        if (layout_of(conf, rate, &g, desc, sizeof desc) != 0)
-            return 1;
-        flush(admin);
-        double mean = g.bucket_mean > 0 ? g.bucket_mean : 1;
-        uint64_t nb = (uint64_t)((double)markers / mean + 0.5);
-        if (nb < 1)
-            nb = 1;
-        if (nb > (1ULL << g.selector_bits))
-            nb = 1ULL << g.selector_bits;
-        double m0 = wxgb_info_field(admin, "memory", "used_memory");
-        fill(admin, &g, markers, nb, &seed);
-        double m1 = wxgb_info_field(admin, "memory", "used_memory");
-        long long lp = 0, other = 0;
-        encodings(admin, &lp, &other);
-        printf("| %g | %d | %d | %d | %.1f | %llu | %.1f | %lld | %lld |\n", rate, g.shards,
-               g.selector_bits, g.field_bytes, mean, (unsigned long long)nb,
-               (m1 - m0) / (double)markers, lp, other);
-        fflush(stdout);
-        flush(admin);
+        static const struct {
+            const char *name;
+            double layout_rate; /* 0: auto; -1: the rate itself */
+        } layouts[] = {{"auto", 0}, {"stated", -1}, {"pinned 1000", 1000}};
+        for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+            if (layouts[i].layout_rate == 1000 && rate == 1000)
+                continue; /* the same as stated */
+            geom g;
+            char desc[512];
+            double lr = layouts[i].layout_rate < 0 ? rate : layouts[i].layout_rate;
+            if (layout_of(conf, lr, rate, &g, desc, sizeof desc) != 0 ||
+                row(admin, layouts[i].name, rate, &g, markers, &seed) != 0)
+                return 1;
+        }
     }
     return 0;
 }

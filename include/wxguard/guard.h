@@ -113,8 +113,11 @@ typedef struct wxg_guard_conf {
      * at start-up; a handle whose geometry differs from the stamp is refused (WXG_ECONFIG). */
     int64_t done_bucket_ms;    /* width of a time bucket; 0 = the retention (claim probes 2
                                   buckets). Retention is exact to within one bucket width. */
-    double done_expected_rate; /* expected DONE markers per second across all replicas,
-                                  default 1000; sizes the hash buckets */
+    double done_expected_rate; /* expected DONE markers per second across all replicas: sizes
+                                  the hash buckets. 0 (the default): every time bucket is sized
+                                  from the markers the one before it holds (the first for
+                                  1000/s), stamped per time bucket in Redis (docs/guard.md
+                                  §3.6); > 0 pins one size for all */
     int done_bucket_target;    /* aimed-for mean entries per bucket, default 64 (<= 128) */
     int done_selector_bits;    /* 0 = derived from the rate; set to pin the stored layout */
     int shard_bits;            /* hash-tag shards = 2^shard_bits (0..16), default 10 (1024):

@@ -1,7 +1,8 @@
 /* DONE retention and TTLs: a message completed in one time bucket is still a duplicate near the
  * end of the retention and not after it; every DONE bucket has a TTL of at least the retention;
- * no key the guard writes is ever persistent; DONE buckets stay in Redis's compact encoding; and a
- * second layout on the same prefix is refused. */
+ * no key the guard writes is ever persistent; DONE buckets stay in Redis's compact encoding; a
+ * second layout on the same prefix is refused; and the adaptive layout sizes each time bucket
+ * from the one before without losing a marker. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -186,6 +187,7 @@ static void a_second_layout_on_the_same_prefix_is_refused_at_startup(void **stat
     char prefix[64];
     wxg_guard_conf_t c;
     gt_conf(&c, wxg_test_redis_host(), wxg_test_redis_port(), "layout", prefix, sizeof prefix);
+    c.done_expected_rate = 1000; /* a pinned layout */
     wxg_guard_t *g = gt_open(&c);
     char layout[256];
     assert_int_equal(wxg_guard_describe_layout(g, layout, sizeof layout), 0);
@@ -203,6 +205,161 @@ static void a_second_layout_on_the_same_prefix_is_refused_at_startup(void **stat
     c2.done_selector_bits = stored_bits;
     wxg_guard_t *g2 = gt_open(&c2);
     wxg_guard_destroy(g2);
+    /* The adaptive layout is another layout too. */
+    wxg_guard_conf_t c3 = c;
+    c3.done_expected_rate = 0;
+    assert_null(wxg_guard_new(&c3, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_ECONFIG);
+    assert_non_null(strstr(err, "sel=auto"));
+    wxg_guard_destroy(g);
+}
+
+/* The server's clock in ms (the guard's time buckets count from it). */
+static int64_t server_ms(redisContext *raw)
+{
+    const char *argv[1] = {"TIME"};
+    redisReply *r = gt_cmd(raw, 1, argv);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* Sleeps until the next time bucket of width w has just begun; returns it. */
+static int64_t next_time_bucket(redisContext *raw, int64_t w)
+{
+    int64_t now = server_ms(raw);
+    int64_t tb = now / w + 1;
+    wxg_test_sleep_ms(tb * w - now + 50);
+    assert_int_equal(server_ms(raw) / w, tb);
+    return tb;
+}
+
+/* The selector bits stamped for time bucket tb (0 when there is no stamp). */
+static int stamped_sel(redisContext *raw, const char *prefix, int64_t tb)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%sg:%lld", prefix, (long long)tb);
+    const char *argv[2] = {"GET", key};
+    redisReply *r = gt_cmd(raw, 2, argv);
+    int sel = r->type == REDIS_REPLY_STRING ? atoi(r->str) : 0;
+    freeReplyObject(r);
+    return sel;
+}
+
+/* Claims and completes keys bot:a:<from> .. bot:a:<from + n - 1>, in batches. */
+static void complete_range(wxg_guard_t *g, int from, int n)
+{
+    enum { B = 250 };
+    for (int base = 0; base < n; base += B) {
+        int m = n - base < B ? n - base : B;
+        static char keys[B][32];
+        wxg_guard_msg_t msgs[B];
+        wxg_guard_claim_t out[B];
+        wxg_guard_ticket_t t[B];
+        int res[B];
+        for (int i = 0; i < m; i++) {
+            snprintf(keys[i], sizeof keys[i], "bot:a:%d", from + base + i);
+            msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), NULL};
+        }
+        assert_int_equal(wxg_guard_claim_batch(g, msgs, (size_t)m, out), 0);
+        for (int i = 0; i < m; i++) {
+            assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
+            t[i] = out[i].ticket;
+        }
+        assert_int_equal(wxg_guard_complete_batch(g, t, (size_t)m, res), 0);
+        for (int i = 0; i < m; i++) {
+            assert_int_equal(res[i], WXG_GUARD_OK);
+            wxg_guard_claim_clear(&out[i]);
+        }
+    }
+}
+
+/* The sub-bucket number of a message's DONE bucket <prefix>{s..}:d:<sub>:<tb>, and its tb. */
+static void done_bucket_of(wxg_guard_t *g, int i, long long *sub, long long *tb)
+{
+    char key[32];
+    snprintf(key, sizeof key, "bot:a:%d", i);
+    wxg_guard_record_t *rec = NULL;
+    assert_int_equal(wxg_guard_inspect(g, key, strlen(key), NULL, &rec), 0);
+    assert_non_null(rec->done_bucket);
+    const char *d = strstr(rec->done_bucket, ":d:");
+    assert_non_null(d);
+    assert_int_equal(sscanf(d, ":d:%lld:%lld", sub, tb), 2);
+    wxg_guard_record_free(rec);
+}
+
+static void the_adaptive_layout_follows_the_rate_and_keeps_older_markers_found(void **state)
+{
+    (void)state;
+    int s = wxg_test_scale();
+    /* Wide enough that each phase below ends more than the clock margin (2 s) before its time
+     * bucket does: a stamp may be decided that long before its time bucket starts. */
+    int64_t w = 6000LL * s;
+    char prefix[64];
+    wxg_guard_conf_t c;
+    gt_conf(&c, wxg_test_redis_host(), wxg_test_redis_port(), "adapt", prefix, sizeof prefix);
+    c.done_retention_ms = 120000LL * s;
+    c.done_bucket_ms = w;
+    c.shard_bits = 2;
+    c.done_expected_rate = 0; /* adaptive */
+    c.done_selector_bits = 0;
+    wxg_guard_t *g = gt_open(&c);
+    redisContext *raw = gt_redis(wxg_test_redis_host(), wxg_test_redis_port(), NULL);
+
+    /* The first time bucket has nothing before it: sized for 1000/s, ceil(log2(1000 * 6 s / 64)).
+     * It gets 200 markers. */
+    int first_sel = 0;
+    for (double want = 1000.0 * (double)w / 1000.0 / 64.0; want > 1.0; want /= 2.0)
+        first_sel++;
+    int64_t t = next_time_bucket(raw, w);
+    complete_range(g, 0, 200);
+    assert_int_equal(stamped_sel(raw, prefix, t), first_sel);
+    assert_int_equal(stamped_sel(raw, prefix, t + 1), 0); /* not decided yet */
+
+    /* The next one is sized from those 200: fewer buckets than the shards, so the shards alone.
+     * It gets 3,000. */
+    assert_int_equal(next_time_bucket(raw, w), t + 1);
+    complete_range(g, 1000, 3000);
+    assert_int_equal(stamped_sel(raw, prefix, t + 1), 2);
+
+    /* And the one after from those 3,000: 3000 / 64 = 47 buckets, 2^6. */
+    assert_int_equal(next_time_bucket(raw, w), t + 2);
+    complete_range(g, 10000, 1);
+    assert_int_equal(stamped_sel(raw, prefix, t + 2), 6);
+
+    /* Every marker is still found, each in the bucket its time bucket's layout gives it, by a
+     * second handle that knows the layouts only from their stamps. */
+    wxg_guard_t *g2 = gt_open(&c);
+    static const struct {
+        int from, n, sel;
+        int64_t dt;
+    } phase[] = {{0, 200, 0, 0}, {1000, 3000, 2, 1}, {10000, 1, 6, 2}};
+    for (size_t p = 0; p < sizeof phase / sizeof phase[0]; p++) {
+        int sel = phase[p].sel ? phase[p].sel : first_sel;
+        for (int i = phase[p].from; i < phase[p].from + phase[p].n; i += 37) {
+            char key[32];
+            snprintf(key, sizeof key, "bot:a:%d", i);
+            wxg_guard_claim_t d;
+            assert_int_equal(wxg_guard_claim(g2, key, strlen(key), NULL, &d), 0);
+            assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
+            wxg_guard_claim_clear(&d);
+            long long sub = 0, tb = 0;
+            done_bucket_of(g2, i, &sub, &tb);
+            assert_int_equal(tb, t + phase[p].dt);
+            assert_true(sub < (1LL << (sel - c.shard_bits)));
+        }
+    }
+    /* The 3,000 fill their four buckets; the sampled count that sized the next time bucket saw
+     * them. */
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "%s*:d:*:%lld", prefix, (long long)(t + 1));
+    char **bk = NULL;
+    assert_int_equal(gt_scan(raw, pattern, &bk), 4);
+    gt_free_keys(bk);
+    wxg_guard_destroy(g2);
+    redisFree(raw);
     wxg_guard_destroy(g);
 }
 
@@ -213,6 +370,7 @@ int main(void)
         cmocka_unit_test(every_done_bucket_outlives_the_retention_and_no_key_is_persistent),
         cmocka_unit_test(done_buckets_stay_in_the_compact_listpack_encoding),
         cmocka_unit_test(a_second_layout_on_the_same_prefix_is_refused_at_startup),
+        cmocka_unit_test(the_adaptive_layout_follows_the_rate_and_keeps_older_markers_found),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

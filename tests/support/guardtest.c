@@ -158,9 +158,9 @@ void gt_acl_user(const char *host, int port, const char *user, const char *passw
 {
     /* The commands the guard needs: the same set as docs/guard.md §7. */
     static const char *const rules[] = {
-        "+evalsha",   "+script|load", "+ping",    "+wait", "+time",    "+hget",
-        "+hset",      "+hsetnx",      "+hincrby", "+hdel", "+hgetall", "+pexpire",
-        "+pexpireat", "+pttl",        "+get",     "+set",  "+del",     "+client|setname",
+        "+evalsha", "+script|load", "+ping", "+wait",           "+time",    "+hget",      "+hset",
+        "+hsetnx",  "+hincrby",     "+hdel", "+hgetall",        "+pexpire", "+pexpireat", "+pttl",
+        "+get",     "+set",         "+del",  "+client|setname", "+hlen",    "+hexists",
     };
     char pass[600], keyrule[300];
     snprintf(pass, sizeof pass, ">%s", password);

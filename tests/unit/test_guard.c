@@ -42,7 +42,16 @@ static void default_geometry_keeps_false_duplicates_below_1e9_and_buckets_compac
     wxg_guard_conf_init(&c);
     wxg__guard_geom_t g;
     char err[256];
+    /* The default is the adaptive layout: the first time bucket sized for 1000/s, one field
+     * width for every rate up to 1e5/s (docs/guard.md §3.6). */
     assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
+    assert_true(g.adaptive);
+    assert_int_equal(g.selector_bits, 24);
+    assert_int_equal(g.field_bytes, 10); /* 88 bits at the floor, with the 10 shard bits alone */
+    /* Pinned at the same rate. */
+    c.done_expected_rate = 1000;
+    assert_int_equal(wxg__guard_geom_compute(&c, &g, err, sizeof err), 0);
+    assert_false(g.adaptive);
     /* One bucket per retention: a claim probes 2 buckets, a marker lives 7 to 14 days. */
     assert_int_equal(g.bucket_ms, 7LL * 24 * 3600 * 1000);
     assert_int_equal(g.shard_bits, 10);    /* 1024 shards: spread over a Redis Cluster */
