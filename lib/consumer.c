@@ -88,7 +88,10 @@
  * close that does not finish within session.timeout.ms (within commit_timeout_ms after such a
  * final commit) is abandoned (close_timeout), so that a stop stays bounded even when the group
  * coordinator cannot be reached: what was not committed is redelivered to the next owner and
- * skipped by the guard.
+ * skipped by the guard. A plugin call still running when the stop's drain budget is spent is
+ * not waited for either (wxg_pool_stop): its worker is left running, nothing is committed past
+ * its message, and the caller exits without destroying what the worker uses
+ * (wxg_consumer_abandoned); the next owner takes the message over once its lease runs out.
  */
 #include "wxguard/consumer.h"
 
@@ -122,6 +125,7 @@
 #define LAG_EVERY_MS       1000
 #define STALL_EVERY_MS     200
 #define REDIS_DOWN_HOLD_MS 30000
+#define STOP_GRACE_MS      1000
 #define C2C_RING           2048
 #define LAT_BUCKETS        128
 #define KEY_LOG_MAX        160
@@ -249,6 +253,7 @@ struct wxg_consumer_s {
     int stopping;
     int closing;
     int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
+    unsigned abandoned;  /* workers the stop left inside a plugin: nothing may be freed */
     int close_released;  /* an assign during close made librdkafka release every partition */
     int coord_silent;    /* the final commit got no answer from the coordinator */
     int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
@@ -1946,10 +1951,22 @@ static void shutdown_consumer(wxg_consumer_t *c)
             rd_kafka_message_destroy(m);
         store_offsets(c);
     }
-    /* Workers stop after their current batch; whatever is left is cancelled, unfinished. */
+    /* Workers stop after their current batch; whatever is left is cancelled, unfinished. A
+     * worker still inside a plugin once the budget is spent (or STOP_GRACE_MS, for a batch that
+     * was about to end) is left running: waiting for it would stretch the stop without limit,
+     * and its message is not finished, so the commit below stays behind it and the next owner
+     * takes it over once its lease runs out. The caller then exits instead of destroying the
+     * consumer (wxg_consumer_abandoned). */
     refresh_gauges(c);
-    wxg_pool_destroy(c->pool);
-    c->pool = NULL;
+    int64_t left = deadline - wxg__mono_ms();
+    unsigned running = 0;
+    if (wxg_pool_stop(c->pool, left > STOP_GRACE_MS ? left : STOP_GRACE_MS, &running) != 0) {
+        c->abandoned = running;
+        wxg_log(WXG_LOG_WARN, "workers_abandoned", WXG_LU("workers", running));
+    } else {
+        wxg_pool_destroy(c->pool);
+        c->pool = NULL;
+    }
     drop_pending_of(c, NULL);
     free_released(c); /* their Kafka messages go back before the close */
     refresh_gauges(c);
@@ -2093,9 +2110,18 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
 }
 
+unsigned wxg_consumer_abandoned(const wxg_consumer_t *c)
+{
+    return c ? c->abandoned : 0;
+}
+
 void wxg_consumer_destroy(wxg_consumer_t *c)
 {
     if (!c)
+        return;
+    /* Workers still inside plugins use the pool, the partitions, the watchdog and the caller's
+     * plugin chain: nothing is freed, the process exits next. */
+    if (c->abandoned)
         return;
     wxg_pool_destroy(c->pool);
     c->pool = NULL;
