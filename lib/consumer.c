@@ -254,6 +254,7 @@ struct wxg_consumer_s {
     int closing;
     int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
     unsigned abandoned;  /* workers the stop left inside a plugin: nothing may be freed */
+    int ever_assigned;   /* the rebalance callback has assigned at least once */
     int close_released;  /* an assign during close made librdkafka release every partition */
     int coord_silent;    /* the final commit got no answer from the coordinator */
     int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
@@ -887,6 +888,7 @@ static void drop_pending_of(wxg_consumer_t *c, const cpart *p)
 
 static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
+    c->ever_assigned = 1;
     cpart **v = calloc((size_t)parts->cnt + 1, sizeof *v);
     size_t nv = 0;
     for (int i = 0; i < parts->cnt; i++) {
@@ -2110,6 +2112,23 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
 }
 
+/* librdkafka before 2.3.0 asserts in rd_kafka_destroy() when a member of a cooperative-sticky
+ * group is destroyed before its first assignment: the assignor's state is made with that
+ * assignment but destroyed unconditionally (confluentinc/librdkafka#4312, fixed in 2.3.0 by
+ * #4381). A replica stopped while it joins a rebalancing group hit it (the rebalance storm test,
+ * tests/integration/test_consumer_storm.c). Such a handle is left to the process's exit, as
+ * after a close timeout: it is closed, nothing is committed through it any more. */
+static int destroy_would_assert(wxg_consumer_t *c)
+{
+    if (c->ever_assigned || rd_kafka_version() >= 0x020300ff)
+        return 0;
+    char buf[256];
+    size_t len = sizeof buf;
+    return rd_kafka_conf_get(rd_kafka_conf(c->rk), "partition.assignment.strategy", buf, &len) ==
+               RD_KAFKA_CONF_OK &&
+           strstr(buf, "cooperative-sticky") != NULL;
+}
+
 unsigned wxg_consumer_abandoned(const wxg_consumer_t *c)
 {
     return c ? c->abandoned : 0;
@@ -2136,11 +2155,13 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
             c->closing = 1;
             rd_kafka_consumer_close(c->rk);
         }
-        rd_kafka_destroy(c->rk);
+        if (!destroy_would_assert(c))
+            rd_kafka_destroy(c->rk);
     }
     /* After a close timeout rd_kafka_destroy() would block on the same stuck group state (its
      * main thread ends only once the group has terminated), so the handle and its threads are
-     * left to the process's exit. */
+     * left to the process's exit; so is a handle whose destroy would assert (see
+     * destroy_would_assert). */
     wxg_guard_watchdog_destroy(c->wd);
     wxg_donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
     for (size_t i = 0; i < c->nparts; i++) {
