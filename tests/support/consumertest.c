@@ -454,7 +454,9 @@ void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids)
     free(eff);
 }
 
-int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
+/* Over the lines of replica idx's log that contain `needle`: how many, and the sum of the
+ * numbers that follow it. */
+static long log_scan(const wxg_ct_t *t, int idx, const char *needle, int sum)
 {
     char logp[512];
     snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
@@ -462,13 +464,24 @@ int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
     if (!f)
         return 0;
     char line[16384];
-    int n = 0;
+    long n = 0;
     while (fgets(line, sizeof line, f)) {
-        if (strstr(line, needle))
-            n++;
+        const char *at = strstr(line, needle);
+        if (at)
+            n += sum ? strtol(at + strlen(needle), NULL, 10) : 1;
     }
     fclose(f);
     return n;
+}
+
+int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
+{
+    return (int)log_scan(t, idx, needle, 0);
+}
+
+long wxg_ct_log_sum(const wxg_ct_t *t, int idx, const char *prefix)
+{
+    return log_scan(t, idx, prefix, 1);
 }
 
 int wxg_ct_wait_log(const wxg_ct_t *t, int idx, const char *needle, int count, int64_t timeout_ms)

@@ -175,6 +175,10 @@ void wxg_ct_classify_repeats(const wxg_ct_t *t, const wxg_ct_stop_t *stops, size
 /* Counts lines of replica idx's log containing `needle`. */
 int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle);
 
+/* The sum of N over the lines of replica idx's log that contain `prefix` followed by a number
+ * N (e.g. "event=assigned partitions="). */
+long wxg_ct_log_sum(const wxg_ct_t *t, int idx, const char *prefix);
+
 /* Waits until replica idx's log has at least `count` lines containing `needle`, at most
  * timeout_ms (scaled). Returns 1, or 0 on timeout. */
 int wxg_ct_wait_log(const wxg_ct_t *t, int idx, const char *needle, int count, int64_t timeout_ms);
