@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "progstart.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 
@@ -121,6 +122,8 @@ wxg_conf_t *ctl_load_conf(const ctl_opts *o, int need_kafka)
         if (wxg_conf_check(conf, err, sizeof err) != 0)
             goto fail;
     }
+    /* log.level, log.id.salt ...: for the lines of the library and of librdkafka. */
+    prog_setup_log(conf);
     return conf;
 fail:
     fprintf(stderr, "%s: configuration: %s\n", o->prog, err[0] ? err : "out of memory");
