@@ -97,7 +97,6 @@
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -239,8 +238,9 @@ struct wxg_consumer_s {
     _Atomic(rec *) released;
     char pad_released_after[CACHE_LINE];
 
-    volatile sig_atomic_t stop;
-    atomic_int stop_requested; /* the same, for other threads (readiness) */
+    /* Set by wxg_consumer_stop from any thread or a signal handler: a lock-free atomic is both
+     * async-signal-safe and free of data races (a volatile sig_atomic_t is only the former). */
+    atomic_int stop_requested;
     atomic_int fatal;
     /* Set by the pool's low-watermark callback, cleared by the poll thread when it wakes. */
     pthread_mutex_t room_mu;
@@ -1865,12 +1865,13 @@ fail:
     return NULL;
 }
 
+/* wxg_consumer_stop runs in signal handlers too, where only a lock-free atomic may be used. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "wxg_consumer_stop needs a lock-free atomic_int");
+
 void wxg_consumer_stop(wxg_consumer_t *c)
 {
-    if (c) {
-        c->stop = 1;
+    if (c)
         atomic_store(&c->stop_requested, 1);
-    }
 }
 
 /* The close budget: librdkafka bounds a healthy close by about session.timeout.ms. */
@@ -2009,7 +2010,7 @@ int wxg_consumer_run(wxg_consumer_t *c)
     int64_t now = wxg__mono_ms();
     int64_t last_store = now, last_commit = now, last_pause = 0, last_stats = now;
     int64_t last_gauges = 0, last_lag = now, last_stall = now;
-    while (!c->stop && !atomic_load(&c->fatal)) {
+    while (!atomic_load(&c->stop_requested) && !atomic_load(&c->fatal)) {
         free_released(c);
         flush_pending(c);
         now = wxg__mono_ms();
