@@ -92,13 +92,15 @@
  * close that does not finish within session.timeout.ms (within commit_timeout_ms after such a
  * final commit) is abandoned (close_timeout), so that a stop stays bounded even when the group
  * coordinator cannot be reached: what was not committed is redelivered to the next owner and
- * skipped by the guard.
+ * skipped by the guard. A plugin call still running when the stop's drain budget is spent is
+ * not waited for either (wxg__pool_stop): its worker is left running, nothing is committed past
+ * its message, and the caller exits without destroying what the worker uses
+ * (wxg_consumer_abandoned); the next owner takes the message over once its lease runs out.
  */
 #include "wxguard/consumer.h"
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -126,6 +128,7 @@
 #define LAG_EVERY_MS       1000
 #define STALL_EVERY_MS     200
 #define REDIS_DOWN_HOLD_MS 30000
+#define STOP_GRACE_MS      1000
 #define C2C_RING           2048
 #define LAT_BUCKETS        128
 #define KEY_LOG_MAX        160
@@ -239,8 +242,9 @@ struct wxg_consumer_s {
     _Atomic(rec *) released;
     char pad_released_after[CACHE_LINE];
 
-    volatile sig_atomic_t stop;
-    atomic_int stop_requested; /* the same, for other threads (readiness) */
+    /* Set by wxg_consumer_stop from any thread or a signal handler: a lock-free atomic is both
+     * async-signal-safe and free of data races (a volatile sig_atomic_t is only the former). */
+    atomic_int stop_requested;
     atomic_int fatal;
     /* Set by the pool's low-watermark callback, cleared by the poll thread when it wakes. */
     pthread_mutex_t room_mu;
@@ -253,6 +257,8 @@ struct wxg_consumer_s {
     int stopping;
     int closing;
     int close_timed_out; /* the close did not finish: the handle is abandoned, not destroyed */
+    unsigned abandoned;  /* workers the stop left inside a plugin: nothing may be freed */
+    int ever_assigned;   /* the rebalance callback has assigned at least once */
     int close_released;  /* an assign during close made librdkafka release every partition */
     int coord_silent;    /* the final commit got no answer from the coordinator */
     int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
@@ -879,6 +885,7 @@ static void drop_pending_of(wxg_consumer_t *c, const cpart *p)
 
 static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
+    c->ever_assigned = 1;
     cpart **v = calloc((size_t)parts->cnt + 1, sizeof *v);
     size_t nv = 0;
     for (int i = 0; i < parts->cnt; i++) {
@@ -1866,12 +1873,13 @@ fail:
     return NULL;
 }
 
+/* wxg_consumer_stop runs in signal handlers too, where only a lock-free atomic may be used. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "wxg_consumer_stop needs a lock-free atomic_int");
+
 void wxg_consumer_stop(wxg_consumer_t *c)
 {
-    if (c) {
-        c->stop = 1;
+    if (c)
         atomic_store(&c->stop_requested, 1);
-    }
 }
 
 /* The close budget: librdkafka bounds a healthy close by about session.timeout.ms. */
@@ -1954,10 +1962,22 @@ static void shutdown_consumer(wxg_consumer_t *c)
             rd_kafka_message_destroy(m);
         store_offsets(c);
     }
-    /* Workers stop after their current batch; whatever is left is cancelled, unfinished. */
+    /* Workers stop after their current batch; whatever is left is cancelled, unfinished. A
+     * worker still inside a plugin once the budget is spent (or STOP_GRACE_MS, for a batch that
+     * was about to end) is left running: waiting for it would stretch the stop without limit,
+     * and its message is not finished, so the commit below stays behind it and the next owner
+     * takes it over once its lease runs out. The caller then exits instead of destroying the
+     * consumer (wxg_consumer_abandoned). */
     refresh_gauges(c);
-    wxg__pool_destroy(c->pool);
-    c->pool = NULL;
+    int64_t left = deadline - wxg__mono_ms();
+    unsigned running = 0;
+    if (wxg__pool_stop(c->pool, left > STOP_GRACE_MS ? left : STOP_GRACE_MS, &running) != 0) {
+        c->abandoned = running;
+        wxg_log(WXG_LOG_WARN, "workers_abandoned", WXG_LU("workers", running));
+    } else {
+        wxg__pool_destroy(c->pool);
+        c->pool = NULL;
+    }
     drop_pending_of(c, NULL);
     free_released(c); /* their Kafka messages go back before the close */
     refresh_gauges(c);
@@ -1998,7 +2018,7 @@ int wxg_consumer_run(wxg_consumer_t *c)
     int64_t now = wxg__mono_ms();
     int64_t last_store = now, last_commit = now, last_pause = 0, last_stats = now;
     int64_t last_gauges = 0, last_lag = now, last_stall = now;
-    while (!c->stop && !atomic_load(&c->fatal)) {
+    while (!atomic_load(&c->stop_requested) && !atomic_load(&c->fatal)) {
         free_released(c);
         flush_pending(c);
         now = wxg__mono_ms();
@@ -2101,9 +2121,35 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
 }
 
+/* librdkafka before 2.3.0 asserts in rd_kafka_destroy() when a member of a cooperative-sticky
+ * group is destroyed before its first assignment: the assignor's state is made with that
+ * assignment but destroyed unconditionally (confluentinc/librdkafka#4312, fixed in 2.3.0 by
+ * #4381). A replica stopped while it joins a rebalancing group hit it (the rebalance storm test,
+ * tests/integration/test_consumer_storm.c). Such a handle is left to the process's exit, as
+ * after a close timeout: it is closed, nothing is committed through it any more. */
+static int destroy_would_assert(wxg_consumer_t *c)
+{
+    if (c->ever_assigned || rd_kafka_version() >= 0x020300ff)
+        return 0;
+    char buf[256];
+    size_t len = sizeof buf;
+    return rd_kafka_conf_get(rd_kafka_conf(c->rk), "partition.assignment.strategy", buf, &len) ==
+               RD_KAFKA_CONF_OK &&
+           strstr(buf, "cooperative-sticky") != NULL;
+}
+
+unsigned wxg_consumer_abandoned(const wxg_consumer_t *c)
+{
+    return c ? c->abandoned : 0;
+}
+
 void wxg_consumer_destroy(wxg_consumer_t *c)
 {
     if (!c)
+        return;
+    /* Workers still inside plugins use the pool, the partitions, the watchdog and the caller's
+     * plugin chain: nothing is freed, the process exits next. */
+    if (c->abandoned)
         return;
     wxg__pool_destroy(c->pool);
     c->pool = NULL;
@@ -2118,11 +2164,13 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
             c->closing = 1;
             rd_kafka_consumer_close(c->rk);
         }
-        rd_kafka_destroy(c->rk);
+        if (!destroy_would_assert(c))
+            rd_kafka_destroy(c->rk);
     }
     /* After a close timeout rd_kafka_destroy() would block on the same stuck group state (its
      * main thread ends only once the group has terminated), so the handle and its threads are
-     * left to the process's exit. */
+     * left to the process's exit; so is a handle whose destroy would assert (see
+     * destroy_would_assert). */
     wxg_guard_watchdog_destroy(c->wd);
     wxg__donecache_destroy(c->done_cache); /* every worker's guard handle is gone */
     for (size_t i = 0; i < c->nparts; i++) {

@@ -382,6 +382,15 @@ int wxg__producer_prop_wanted(wxg_producer_scope_t scope, const char *name)
     return strncmp(name, "sasl.", 5) == 0 || strncmp(name, "ssl.", 4) == 0;
 }
 
+int wxg__producer_conf_get(const wxg_producer_t *p, const char *name, char *buf, size_t size)
+{
+    size_t len = size;
+    rd_kafka_conf_res_t r = rd_kafka_conf_get(rd_kafka_conf(p->rk), name, buf, &len);
+    if (r == RD_KAFKA_CONF_UNKNOWN)
+        return WXG_ENOTFOUND;
+    return r == RD_KAFKA_CONF_OK && len <= size ? 0 : WXG_EINVAL;
+}
+
 /* Appends to `props` the settings of one dump that a producer of `scope` takes over: those that
  * differ from the defaults dump `defs`. Returns the new count. */
 static size_t props_changed(wxg_producer_scope_t scope, const char **dump, size_t cnt,

@@ -9,10 +9,12 @@
  *   stage_claim        one claim call: DUPLICATE finishes, BUSY re-queues after the owner's
  *                      lease, CLAIMED registers the lease with the watchdog and goes on;
  *   stage_plugins      the chain plugin by plugin, so that the sub-markers of one plugin travel
- *                      in one plugin_done call; a plugin already finished on an earlier attempt
- *                      is skipped, a lost lease stops the item (re-queued for a fresh claim);
- *                      the outcomes are sorted into complete, retry and dead letter;
- *   stage_complete     one complete call: DONE finishes, a lost lease re-queues for a claim;
+ *                      in few plugin_done calls (see the crash window below); a plugin already
+ *                      finished on an earlier attempt is skipped, a lost lease stops the item
+ *                      (re-queued for a fresh claim); the outcomes are sorted into complete,
+ *                      retry and dead letter;
+ *   stage_complete     one complete call for what the last plugin left: DONE finishes, a lost
+ *                      lease re-queues for a claim;
  *   stage_retry        one fail call (FAILED keeps the fence and the finished plugins, and
  *                      drops the lease), then a re-queue after the retry backoff;
  *   stage_dead_letter  the original record through the caller's sink, one by one;
@@ -22,6 +24,21 @@
  * An item re-queued by a stage comes back at the stage it stopped in (its `phase`), so a
  * complete or a fail mark that failed for want of Redis is retried without running the
  * plugins again.
+ *
+ * The crash window: a process that dies after a plugin's effect and before that effect's
+ * marker (the plugin's sub-marker, or the DONE after the last plugin) leaves the effect
+ * unrecorded, and the next owner runs the plugin again. Markers batched over the whole stage
+ * kept that window open while the plugin ran for the rest of the batch: with a 10 ms plugin
+ * and a batch of 40, up to 400 ms and every effect of the batch. So a stage writes the
+ * markers it has collected as soon as the plugin call that just returned took MARKER_WAIT_US
+ * or more, or the oldest effect waiting for its marker is that old: a slow plugin's effect is
+ * marked as soon as the plugin returns (one small guard call per message, against at least a
+ * millisecond of plugin time), while a fast plugin's markers still travel in one call per
+ * batch. After the last plugin the same rule sends complete calls from inside the stage. The
+ * window left is one guard round trip after a slow plugin, MARKER_WAIT_US plus one call after
+ * a fast one. Once such a call fails as a whole (Redis unreachable), the rest of the run's
+ * markers wait for the end of their stage again, so that an outage costs a stage one timeout
+ * rather than one per message.
  *
  * Threads: each worker thread has its own wxg__pl_worker_t (guard connection, plugin thread
  * state, scratch vectors of batch_max entries made once, so a run allocates nothing on the
@@ -54,6 +71,8 @@
 
 #define INFRA_BACKOFF_MAX_MS 2000
 #define INFRA_BACKOFF_MIN_MS 50
+/* How long a plugin's effect may wait for its marker (see "The crash window" above). */
+#define MARKER_WAIT_US 1000
 
 /* What stage_plugins made of a claimed item. */
 enum { OUT_ACTIVE = 0, OUT_RETRY, OUT_FAIL, OUT_LOST };
@@ -82,6 +101,8 @@ struct wxg__pl_worker {
     char (*doneres)[WXG_PLUGIN_RESULT_MAX + 1];
     wxg_guard_failure_t *failures;
     size_t nclaim, nchain, ncomplete, nretry, ndlq, nfail;
+    size_t ncompleted; /* completev[0..ncompleted) already went through a complete call */
+    int marker_failed; /* a marker or complete call of this run failed as a whole */
 };
 
 /* ---- small helpers ---- */
@@ -200,6 +221,8 @@ static const wxg_guard_plugin_result_t *finished_plugin(const wxg__pl_item_t *it
 static void stage_sort(wxg__pl_worker_t *w, void *const *items, size_t n)
 {
     w->nclaim = w->nchain = w->ncomplete = w->nretry = w->ndlq = w->nfail = 0;
+    w->ncompleted = 0;
+    w->marker_failed = 0;
     for (size_t i = 0; i < n; i++) {
         wxg__pl_item_t *it = items[i];
         it->slot = i;
@@ -296,9 +319,10 @@ static void stage_claim(wxg__pl_worker_t *w)
     }
 }
 
-/* Runs plugin s for one item. Returns 1 when it succeeded and a sub-marker is due. */
+/* Runs plugin s for one item. Returns 1 when it succeeded and a sub-marker is due. *took_us
+ * is how long the call took, *end_us when it returned (monotonic). */
 static int run_plugin(wxg__pl_worker_t *w, size_t s, const char *name, wxg__pl_item_t *it,
-                      size_t nd)
+                      size_t nd, int64_t *took_us, int64_t *end_us)
 {
     const wxg__pl_metrics_t *m = w->m;
     const wxg_guard_plugin_result_t *prev = finished_plugin(it, name);
@@ -313,7 +337,9 @@ static int run_plugin(wxg__pl_worker_t *w, size_t s, const char *name, wxg__pl_i
     call.prev_result = prev ? (const char *)prev->result : NULL;
     int64_t t0 = wxg__mono_us();
     wxg_plugin_result_t res = wxg_plugin_chain_handle(w->conf->chain, w->pt, s, it->msg, &call);
-    wxg_histogram_observe(m->plugin_seconds[s], (double)(wxg__mono_us() - t0) / 1e6);
+    *end_us = wxg__mono_us();
+    *took_us = *end_us - t0;
+    wxg_histogram_observe(m->plugin_seconds[s], (double)*took_us / 1e6);
     int r = res == WXG_PLUGIN_OK      ? WXG__PL_OK
             : res == WXG_PLUGIN_RETRY ? WXG__PL_RETRY
                                       : WXG__PL_FAIL;
@@ -338,28 +364,50 @@ static int run_plugin(wxg__pl_worker_t *w, size_t s, const char *name, wxg__pl_i
     return 1;
 }
 
-/* Plugin s for every claimed item still active, then its sub-markers in one call. */
-static void plugin_stage(wxg__pl_worker_t *w, size_t s)
+/* One complete call for completev[ncompleted..ncomplete): DONE finishes, a lost lease
+ * re-queues for a claim, a failed call re-queues at complete. */
+static void complete_pending(wxg__pl_worker_t *w)
 {
-    const char *name = wxg_plugin_chain_name(w->conf->chain, s);
-    size_t nd = 0;
-    for (size_t k = 0; k < w->nchain; k++) {
-        wxg__pl_item_t *it = w->chainv[k];
-        if (it->outcome != OUT_ACTIVE || finished_plugin(it, name))
-            continue;
-        if (wxg_guard_watch_status(it->watch) != WXG_GUARD_WATCH_LIVE) {
-            it->outcome = OUT_LOST;
+    size_t from = w->ncompleted, n = w->ncomplete - from;
+    w->ncompleted = w->ncomplete;
+    if (n == 0)
+        return;
+    wxg__pl_item_t **v = w->completev + from;
+    for (size_t k = 0; k < n; k++)
+        w->tickets[k] = v[k]->claim.ticket;
+    int rc = wxg_guard_complete_batch(w->g, w->tickets, n, w->results);
+    if (rc != 0) {
+        w->marker_failed = 1;
+        guard_failed(w, WXG__PL_OP_COMPLETE, rc, n);
+        for (size_t k = 0; k < n; k++)
+            requeue(w, v[k], WXG__PL_COMPLETE, infra_backoff(w, v[k]));
+        return;
+    }
+    guard_ok(w);
+    for (size_t k = 0; k < n; k++) {
+        wxg__pl_item_t *it = v[k];
+        if (w->results[k] == WXG_GUARD_LEASE_LOST) {
+            wxg_counter_inc(w->m->lease_lost);
+            requeue(w, it, WXG__PL_CLAIM, 0);
             continue;
         }
-        if (run_plugin(w, s, name, it, nd))
-            w->donev[nd++] = it;
+        it->errors = 0;
+        wxg_counter_inc(w->m->processed);
+        finish(w, it);
     }
+}
+
+/* The sub-markers collected so far (w->dones[0..nd), for the items w->donev[0..nd)), in one
+ * call. */
+static void flush_markers(wxg__pl_worker_t *w, size_t nd)
+{
     if (nd == 0)
         return;
     int rc = wxg_guard_plugin_done_batch(w->g, w->dones, nd, w->results);
     if (rc != 0) {
         /* The markers only spare work after a partial failure; complete is what counts, so go
          * on and let complete decide. */
+        w->marker_failed = 1;
         guard_failed(w, WXG__PL_OP_PLUGIN_DONE, rc, nd);
         return;
     }
@@ -370,6 +418,52 @@ static void plugin_stage(wxg__pl_worker_t *w, size_t s)
     }
 }
 
+/* Plugin s for every claimed item still active, with its sub-markers (after the last plugin:
+ * the DONE of complete) written in as few calls as the crash window allows: together while the
+ * plugin is fast, as soon as it returns once it is slow. An item handed to complete leaves
+ * chainv (its slot is cleared): complete may finish it, and a finished item is not ours any
+ * more. */
+static void plugin_stage(wxg__pl_worker_t *w, size_t s)
+{
+    const char *name = wxg_plugin_chain_name(w->conf->chain, s);
+    int last = s + 1 == w->nplugins;
+    size_t nd = 0;
+    int64_t oldest_us = 0; /* when the oldest effect still without its marker happened */
+    for (size_t k = 0; k < w->nchain; k++) {
+        wxg__pl_item_t *it = w->chainv[k];
+        if (!it || it->outcome != OUT_ACTIVE || finished_plugin(it, name))
+            continue;
+        if (wxg_guard_watch_status(it->watch) != WXG_GUARD_WATCH_LIVE) {
+            it->outcome = OUT_LOST;
+            continue;
+        }
+        int64_t took_us, end_us;
+        if (run_plugin(w, s, name, it, nd, &took_us, &end_us))
+            w->donev[nd++] = it;
+        if (last && it->outcome == OUT_ACTIVE) {
+            w->completev[w->ncomplete++] = it;
+            w->chainv[k] = NULL;
+        }
+        if ((last ? w->ncomplete - w->ncompleted : nd) == 0)
+            continue;
+        if (!oldest_us)
+            oldest_us = end_us;
+        /* After a call that failed as a whole (Redis away) the rest waits for the end of the
+         * stage, so that an outage costs a stage one timeout, not one per message. */
+        if (w->marker_failed || (took_us < MARKER_WAIT_US && end_us - oldest_us < MARKER_WAIT_US))
+            continue;
+        if (last) {
+            complete_pending(w);
+        } else {
+            flush_markers(w, nd);
+            nd = 0;
+        }
+        oldest_us = 0;
+    }
+    /* The rest of the last plugin's go with stage_complete, right after. */
+    flush_markers(w, nd);
+}
+
 static void stage_plugins(wxg__pl_worker_t *w)
 {
     if (w->nchain == 0)
@@ -378,8 +472,11 @@ static void stage_plugins(wxg__pl_worker_t *w)
         plugin_stage(w, s);
     for (size_t k = 0; k < w->nchain; k++) {
         wxg__pl_item_t *it = w->chainv[k];
+        if (!it)
+            continue; /* handed to complete by the last plugin's stage */
         switch (it->outcome) {
         case OUT_ACTIVE:
+            /* No plugins, or the last one finished on an earlier attempt. */
             w->completev[w->ncomplete++] = it;
             break;
         case OUT_LOST:
@@ -402,30 +499,7 @@ static void stage_plugins(wxg__pl_worker_t *w)
 
 static void stage_complete(wxg__pl_worker_t *w)
 {
-    size_t n = w->ncomplete;
-    if (n == 0)
-        return;
-    for (size_t k = 0; k < n; k++)
-        w->tickets[k] = w->completev[k]->claim.ticket;
-    int rc = wxg_guard_complete_batch(w->g, w->tickets, n, w->results);
-    if (rc != 0) {
-        guard_failed(w, WXG__PL_OP_COMPLETE, rc, n);
-        for (size_t k = 0; k < n; k++)
-            requeue(w, w->completev[k], WXG__PL_COMPLETE, infra_backoff(w, w->completev[k]));
-        return;
-    }
-    guard_ok(w);
-    for (size_t k = 0; k < n; k++) {
-        wxg__pl_item_t *it = w->completev[k];
-        if (w->results[k] == WXG_GUARD_LEASE_LOST) {
-            wxg_counter_inc(w->m->lease_lost);
-            requeue(w, it, WXG__PL_CLAIM, 0);
-            continue;
-        }
-        it->errors = 0;
-        wxg_counter_inc(w->m->processed);
-        finish(w, it);
-    }
+    complete_pending(w);
 }
 
 /* Fills the fail call's arguments for v[0..n). */

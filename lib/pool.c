@@ -20,7 +20,8 @@
  * batch is woken only when the ready lanes can complete it (`want`), not once per submitted job.
  * Expired delays are moved to the ready list by whichever worker holds the lock next, and the
  * collector's wait is bounded by the earliest due time, so a delayed job needs no extra thread. The
- * run callback is called without the lock.
+ * run callback is called without the lock. `init_cv` is broadcast when a worker has initialised and
+ * again when its thread ends, for wxg__pool_new and wxg__pool_stop to wait on.
  *
  * Failure modes: a full pool refuses submits (WXG_EBUSY) instead of blocking the poll thread; a
  * new tag that cannot be counted for lack of memory refuses the submit with WXG_ENOMEM. A
@@ -116,6 +117,7 @@ struct wxg__pool_s {
     size_t want; /* ready lanes the waiting collector needs before a wake-up is worth its cost */
     int flush;   /* wxg__pool_submit_last: send partial batches now; the next submit ends it */
     unsigned inited;
+    unsigned exited; /* workers whose thread has finished (init_cv is broadcast each time) */
     int init_rc;
     char init_err[256];
 
@@ -413,6 +415,7 @@ static void *worker_main(void *arg)
     p->inited++;
     pthread_cond_broadcast(&p->init_cv);
     if (rc != 0) {
+        p->exited++;
         pthread_mutex_unlock(&p->mu);
         return NULL;
     }
@@ -453,6 +456,10 @@ static void *worker_main(void *arg)
     pthread_mutex_unlock(&p->mu);
     if (p->ops.thread_fini)
         p->ops.thread_fini(p->opaque, w->index, wstate);
+    pthread_mutex_lock(&p->mu);
+    p->exited++;
+    pthread_cond_broadcast(&p->init_cv);
+    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -805,6 +812,33 @@ int wxg__pool_drain(wxg__pool_t *p, int64_t timeout_ms)
         }
         timed_wait(&p->idle_cv, &p->mu, until);
     }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int wxg__pool_stop(wxg__pool_t *p, int64_t timeout_ms, unsigned *running)
+{
+    if (!p || timeout_ms < 0)
+        return WXG_EINVAL;
+    int64_t until = wxg__mono_us() + timeout_ms * 1000;
+    unsigned started = 0;
+    for (unsigned i = 0; i < p->conf.workers; i++)
+        started += p->workers[i].started != 0;
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    p->closed = 1;
+    pthread_cond_broadcast(&p->collect_cv);
+    pthread_cond_broadcast(&p->follow_cv);
+    while (p->exited < started) {
+        if (wxg__mono_us() >= until) {
+            rc = WXG_ETIMEDOUT;
+            break;
+        }
+        timed_wait(&p->init_cv, &p->mu, until);
+    }
+    if (running)
+        *running = started - p->exited;
     pthread_mutex_unlock(&p->mu);
     return rc;
 }

@@ -126,6 +126,17 @@ void wxg__pool_close(wxg__pool_t *p);
  * left keep running; destroy cancels the rest). */
 int wxg__pool_drain(wxg__pool_t *p, int64_t timeout_ms);
 
+/* Tells the workers to stop: they take no more jobs, and each exits (after thread_fini) once
+ * its current batch returns and its results are applied. Waits at most timeout_ms (>= 0) for
+ * that. Returns 0 when every worker has exited, so that wxg__pool_destroy does not wait; or
+ * WXG_ETIMEDOUT, with the number of workers still inside the run callback in *running (may be
+ * NULL): they may return at any time, so the pool, the opaque and everything the run callback
+ * uses must stay alive while they can, and a stopping process exits rather than destroy them.
+ * Jobs that are not running stay in the pool (wxg__pool_destroy cancels them). Call from one
+ * thread.
+ * @locality not from a pool callback */
+int wxg__pool_stop(wxg__pool_t *p, int64_t timeout_ms, unsigned *running);
+
 /* Stops the workers after their current batch (its results are applied), runs thread_fini,
  * calls cancelled for every job left, frees the pool. NULL is accepted.
  * @locality not from a pool callback */

@@ -15,7 +15,7 @@ const char *prog_nonempty(const char *s)
     return s && *s ? s : NULL;
 }
 
-static void setup_log(const wxg_conf_t *conf)
+void prog_setup_log(const wxg_conf_t *conf)
 {
     wxg_log_level_t lvl;
     if (wxg_log_level_parse(wxg_conf_get(conf, "log.level"), &lvl) == 0)
@@ -95,7 +95,7 @@ wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program
         *exit_code = rc == 0 ? 0 : PROG_EXIT_FATAL;
         return NULL;
     }
-    setup_log(conf);
+    prog_setup_log(conf);
     for (size_t i = 0; i < wxg_conf_warning_count(conf); i++)
         wxg_log(WXG_LOG_WARN, "config_warning", WXG_LS("detail", wxg_conf_warning(conf, i)));
     *exit_code = 0;

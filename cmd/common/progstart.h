@@ -29,6 +29,11 @@
 wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program,
                        void (*usage)(FILE *out), int *exit_code);
 
+/* Applies the log.* keys (level, format, field size, personal ids, content, id salt) to the
+ * process-wide log settings; prog_start does it, and so does a program that loads its
+ * configuration otherwise (wxguardctl). Before threads start. */
+void prog_setup_log(const wxg_conf_t *conf);
+
 /* s, or NULL when s is NULL or empty: optional string keys default to "". */
 const char *prog_nonempty(const char *s);
 

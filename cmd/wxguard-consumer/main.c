@@ -6,8 +6,10 @@
  * Reads the configuration (file, WXG_* environment, --set flags; see docs/configuration.md),
  * connects to Kafka and Redis, builds the plugin chain and runs the consumer until SIGTERM or
  * SIGINT. The first signal drains within consumer.drain.timeout.ms, commits the finished
- * watermarks synchronously and exits 0; a second signal exits at once (nothing has been
- * committed past unfinished work, so nothing is lost: it is redelivered).
+ * watermarks synchronously and exits 0; a plugin call still running when the drain budget is
+ * spent is not waited for (its message is not committed; the next owner takes it over). A
+ * second signal exits at once (nothing has been committed past unfinished work, so nothing is
+ * lost: it is redelivered).
  *
  * When metrics.listen is set, /metrics, /healthz and /readyz are served there (lib/httpd.c) from
  * start-up until the consumer has stopped; readiness is wxg_consumer_ready().
@@ -251,6 +253,14 @@ int main(int argc, char **argv)
         wxg_consumer_stop(c);
     rc = wxg_consumer_run(c);
     status = rc == 0 ? 0 : EXIT_FATAL;
+    if (wxg_consumer_abandoned(c) > 0) {
+        /* A worker is still inside a plugin past the drain budget: it may use the chain, the
+         * dead-letter sink and the consumer until the process ends, so end it now, without
+         * freeing them (or running exit handlers that would). Its message was not committed. */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(status);
+    }
 
 out:
     the_consumer = NULL;

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "progclock.h"
+#include "progstart.h"
 #include "wxguard/err.h"
 #include "wxguard/key.h"
 
@@ -122,6 +123,8 @@ wxg_conf_t *ctl_load_conf(const ctl_opts *o, int need_kafka)
         if (wxg_conf_check(conf, err, sizeof err) != 0)
             goto fail;
     }
+    /* log.level, log.id.salt ...: for the lines of the library and of librdkafka. */
+    prog_setup_log(conf);
     return conf;
 fail:
     fprintf(stderr, "%s: configuration: %s\n", o->prog, err[0] ? err : "out of memory");

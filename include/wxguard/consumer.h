@@ -20,7 +20,7 @@
  * Logging goes through wxguard/log.h (events: started, assigned, revoked, pause, resume,
  * decode_error, dead_lettered, guard_error, stats every 10 s with every counter, lag per
  * partition, stalled and stall_cleared, pipeline_fatal and fatal when an error of the fatal
- * class stops it, draining, drain_stopped, stopped).
+ * class stops it, draining, drain_stopped, workers_abandoned, stopped).
  *
  * Metrics (docs/metrics.md) live in a wxg_metrics_t registry: counters are updated where the
  * event happens, gauges by the poll thread (at most every 100 ms; lag every second), and
@@ -146,7 +146,9 @@ WXG_EXPORT wxg_consumer_t *wxg_consumer_new(const wxg_consumer_conf_t *conf, cha
                                             size_t errstr_size);
 
 /* Subscribes and runs the poll loop until wxg_consumer_stop(), then shuts down in order: stop
- * fetching, drain within the budget, final synchronous commit of the watermarks, close.
+ * fetching, drain within the budget, final synchronous commit of the watermarks, close. A
+ * plugin call still running when the drain budget is spent is not waited for (see
+ * wxg_consumer_abandoned).
  * Returns 0 after a clean stop, or the first error whose class is fatal (wxg_err_class) after
  * the same orderly shutdown, whose drain then stops waiting once only delayed work is left:
  * e.g. WXG_EAUTH or WXG_ECONFIG (the layout stamp no longer matches) from a guard call or the
@@ -172,7 +174,16 @@ WXG_EXPORT void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
  * Never blocks; any thread, concurrently with run. */
 WXG_EXPORT int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size);
 
-/* Frees everything (after run returned, or instead of it). NULL is accepted. */
+/* After run returned: how many workers its stop left running inside a plugin, because the
+ * drain budget was spent and a plugin call had not returned (0 normally; logged as
+ * workers_abandoned). Their messages are not finished, so nothing was committed past them. While
+ * it is not 0, those workers may still use the plugin chain, the dead-letter sink and the
+ * consumer: destroy then frees nothing, and the caller should exit the process without freeing
+ * them either (flush its output and _exit). NULL gives 0. */
+WXG_EXPORT unsigned wxg_consumer_abandoned(const wxg_consumer_t *c);
+
+/* Frees everything (after run returned, or instead of it), except after a stop that abandoned
+ * workers (wxg_consumer_abandoned): then it frees nothing. NULL is accepted. */
 WXG_EXPORT void wxg_consumer_destroy(wxg_consumer_t *c);
 
 #endif /* WXGUARD_CONSUMER_H */

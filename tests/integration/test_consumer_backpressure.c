@@ -1,8 +1,10 @@
 /* End to end: the pool is full (a small queue, stalling messages) while replicas leave and join
  * (cooperative-sticky, so the remaining replica is assigned more partitions while its pool is
  * full). Partitions assigned while the pool is above its high watermark are paused at once;
- * none stays paused for ever (every committed offset reaches the end); the poll thread never
- * misses max.poll.interval.ms; each message has exactly one effect. And workers that are busy
+ * none stays paused for ever (every committed offset reaches the end); a committed offset,
+ * sampled every 100 ms throughout, never passes a message without its effect; a replica
+ * resumes only partitions it paused itself; the poll thread never misses
+ * max.poll.interval.ms; each message has exactly one effect. And workers that are busy
  * but keep finishing hold the backlog full without a single pause: a pause would make
  * librdkafka drop and refetch everything it had prefetched. */
 #include <stdarg.h>
@@ -22,6 +24,64 @@
 #define PARTITIONS 4
 #define TOTAL      200
 #define ID_BASE    7301234570000000000ULL
+
+static uint64_t *offset_ids[PARTITIONS];
+
+static void check_invariant(wxg_ct_t *t)
+{
+    wxg_ct_check_commit_invariant(t, offset_ids);
+}
+
+/* Waits `ms` while sampling the committed offsets every 100 ms: none may pass a message
+ * without its effect. */
+static void wait_checking(wxg_ct_t *t, int64_t ms)
+{
+    int64_t until = wxg_test_now_ms() + ms;
+    do {
+        check_invariant(t);
+        wxg_test_sleep_ms(100);
+    } while (wxg_test_now_ms() < until);
+}
+
+/* Replays the pause and resume lines of replica idx's log: a resume never covers more
+ * partitions than the replica has paused itself and not yet resumed (librdkafka would resume
+ * a partition that someone else paused, or one never paused). Returns the partitions paused
+ * over the run. */
+static int assert_resumes_only_what_it_paused(const wxg_ct_t *t, int idx)
+{
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
+    FILE *f = fopen(logp, "r");
+    assert_non_null(f);
+    char line[16384];
+    long paused = 0, total = 0, n;
+    while (fgets(line, sizeof line, f)) {
+        const char *at;
+        if ((at = strstr(line, "event=pause partitions=")) != NULL) {
+            n = strtol(at + strlen("event=pause partitions="), NULL, 10);
+            paused += n;
+            total += n;
+        } else if ((at = strstr(line, "event=resume partitions=")) != NULL) {
+            n = strtol(at + strlen("event=resume partitions="), NULL, 10);
+            if (n > paused) {
+                fclose(f);
+                fail_msg("replica %d resumes %ld partitions with only %ld paused: %s", idx, n,
+                         paused, line);
+            }
+            paused -= n;
+        }
+    }
+    fclose(f);
+    return (int)total;
+}
+
+/* The partitions replica idx holds now, from its log: with the cooperative protocol each
+ * assigned line adds its partitions and each revoked line takes its partitions away. */
+static int held(const wxg_ct_t *t, int idx)
+{
+    return (int)(wxg_ct_log_sum(t, idx, "event=assigned partitions=") -
+                 wxg_ct_log_sum(t, idx, "event=revoked partitions="));
+}
 
 /* Assignments of one or more partitions in replica idx's log, and those that started paused. */
 static int assigned_some(const wxg_ct_t *t, int idx)
@@ -66,17 +126,20 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
         int conv = (int)(i % 200);
         msgs[i] = (wxg_ct_msg_t){.partition = conv % PARTITIONS, .id = ID_BASE + i, .conv = conv};
     }
+    wxg_ct_index_offsets(&t, msgs, TOTAL, offset_ids);
     wxg_ct_spawn(&t, 0);
     wxg_ct_spawn(&t, 1);
     int64_t deadline = wxg_test_now_ms() + 60000 * wxg_test_scale();
-    /* Replica 0 may first get all four partitions and hand two over: wait for replica 1. */
-    while (wxg_ct_log_count(&t, 1, "event=assigned partitions=2") == 0 &&
-           wxg_test_now_ms() < deadline)
+    /* Either replica may first get all four partitions and hand two over: wait until each
+     * holds two. */
+    while ((held(&t, 0) != 2 || held(&t, 1) != 2) && wxg_test_now_ms() < deadline)
         wxg_test_sleep_ms(20);
+    assert_int_equal(held(&t, 0), 2);
+    assert_int_equal(held(&t, 1), 2);
     wxg_ct_produce(&t, msgs, TOTAL);
     deadline = wxg_test_now_ms() + 60000 * wxg_test_scale();
     while (wxg_ct_log_count(&t, 0, "event=pause ") == 0 && wxg_test_now_ms() < deadline)
-        wxg_test_sleep_ms(20);
+        wait_checking(&t, 100);
     assert_true(wxg_ct_log_count(&t, 0, "event=pause ") > 0);
     /* Replica 1 leaves while replica 0's pool is full, so replica 0 takes its partitions over,
      * and joins again. Repeat (at most three times) until replica 0 has been handed partitions
@@ -88,22 +151,39 @@ static void a_full_pool_during_a_rebalance_pauses_and_always_resumes(void **stat
         st = wxg_ct_signal(&t, 1, SIGTERM, 60000);
         wxg_ct_assert_exit(&t, 1, st, 0);
         while (assigned_some(&t, 0) == before && wxg_test_now_ms() < deadline)
-            wxg_test_sleep_ms(20);
+            wait_checking(&t, 100);
         wxg_ct_spawn(&t, 1);
         if (assigned_paused(&t, 0) > 0)
             break;
-        wxg_test_sleep_ms(2000);
+        wait_checking(&t, 2000);
     }
     assert_true(assigned_paused(&t, 0) > 0);
 
-    assert_true(wxg_ct_wait_all_committed(&t, 180000, NULL));
+    /* Sampled every 100 ms until the end: no committed offset passes a missing effect while
+     * partitions are paused and handed around. */
+    assert_true(wxg_ct_wait_all_committed_every(&t, 180000, check_invariant, 100));
+    check_invariant(&t);
     wxg_ct_assert_each_once(&t, ID_BASE, TOTAL);
-    for (int i = 0; i < 2; i++) {
+    /* Once the load is gone nothing is paused any more; a third replica joins, so the others
+     * give partitions up that they never paused: a revoke must not resume those. */
+    int revokes0 = wxg_ct_log_count(&t, 0, "event=revoked "),
+        revokes1 = wxg_ct_log_count(&t, 1, "event=revoked ");
+    wxg_ct_spawn(&t, 2);
+    assert_true(wxg_ct_wait_log(&t, 2, "event=assigned partitions=1 ", 1, 60000));
+    assert_true(wxg_ct_log_count(&t, 0, "event=revoked ") > revokes0 ||
+                wxg_ct_log_count(&t, 1, "event=revoked ") > revokes1);
+    for (int i = 0; i < 3; i++) {
         st = wxg_ct_signal(&t, i, SIGTERM, 60000);
         wxg_ct_assert_exit(&t, i, st, 0);
         assert_int_equal(wxg_ct_log_count(&t, i, "MAX_POLL"), 0);
         assert_int_equal(wxg_ct_log_count(&t, i, "maximum poll interval"), 0);
     }
+    /* Replica 0 paused (for the backlog, and on assignment), and every resume of any replica
+     * covered only partitions it had paused itself. */
+    assert_true(assert_resumes_only_what_it_paused(&t, 0) > 0);
+    assert_resumes_only_what_it_paused(&t, 1);
+    assert_resumes_only_what_it_paused(&t, 2);
+    wxg_ct_free_offsets(&t, offset_ids);
     wxg_ct_teardown(&t);
 }
 

@@ -5,6 +5,8 @@
  *  - a message whose plugin stalls longer than consumer.stall.timeout.ms (its lease renewed
  *    meanwhile) turns /readyz to 503 with a reason naming the partition and offset, logs one
  *    "stalled" line naming partition, offset and key, and readiness comes back when it ends;
+ *    meanwhile the messages behind it take effect but the committed offset, sampled every
+ *    100 ms, never passes it;
  *  - an idle replica notices a Redis outage through its watchdog's probe: /readyz turns 503
  *    naming Redis, wxg_redis_reachable drops to 0 with one log line, and both come back when
  *    Redis does. */
@@ -194,14 +196,16 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
              "plugin.fail.stall.ms = %d\n"
              "plugin.fail.match.msg_ids = %llu\n"
              "guard.lease.ms = 1000\n"
-             "consumer.stall.timeout.ms = 1s\n",
+             "consumer.stall.timeout.ms = 1s\n"
+             "consumer.batch.max = 1\n",
              port, 6000, (unsigned long long)(ID_BASE + 500));
     wxg_ct_write_config(&t, extra);
     wxg_ct_spawn(&t, 0);
     assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
 
-    /* Offset 0 stalls; the two behind it (other conversations) finish but cannot move the
-     * watermark past it. */
+    /* Offset 0 stalls; the two behind it (other conversations, other batches: one message a
+     * batch, or they would wait in the stalled one's) finish but cannot move the watermark
+     * past it. */
     wxg_ct_msg_t m[3] = {
         {.partition = 0, .id = ID_BASE + 500, .conv = 1},
         {.partition = 0, .id = ID_BASE + 501, .conv = 2},
@@ -216,6 +220,34 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
     assert_non_null(strstr(body, want));
     free(body);
     assert_true(wait_sample(port, "wxg_stalled", 1, 2000) == 1);
+
+    /* During the stall, sampled every 100 ms: the two messages behind it take effect, and
+     * the committed offset never passes offset 0 (nothing is committed at all), until the
+     * stalled message's own effect is there. */
+    int64_t deadline = wxg_test_now_ms() + 20000 * wxg_test_scale();
+    int samples = 0, behind_done = 0;
+    for (;;) {
+        int64_t c = wxg_ct_committed(&t, 0);
+        wxg_ct_effect_t *eff;
+        size_t n = wxg_ct_read_ledger(&t, &eff, NULL);
+        int stalled_done = 0, behind = 0;
+        for (size_t i = 0; i < n; i++) {
+            stalled_done |= eff[i].id == ID_BASE + 500;
+            behind += eff[i].id != ID_BASE + 500;
+        }
+        free(eff);
+        if (stalled_done)
+            break;
+        if (c > 0)
+            fail_msg("committed offset %lld passes the stalled message at offset 0", (long long)c);
+        behind_done |= behind == 2;
+        samples++;
+        assert_true(wxg_test_now_ms() < deadline);
+        wxg_test_sleep_ms(100);
+    }
+    print_message("%d samples of the committed offset during the stall\n", samples);
+    assert_true(behind_done);
+    assert_true(samples >= 10);
 
     /* Readiness comes back once the plugin returns and the record is finished. */
     assert_true(wait_status(port, "/readyz", 200, 20000, NULL));

@@ -8,7 +8,17 @@
  * that stalls past consumer.stall.timeout.ms, and a lease lost (the stalled message's claim is
  * released by the operator meanwhile). Then every line of every replica's output is searched:
  * none of those ids and none of those secrets appears. The test also asserts that each failure
- * really happened (its log event is there), so that it cannot pass by logging nothing. */
+ * really happened (its log event is there), so that it cannot pass by logging nothing.
+ *
+ * The receiver (wxguard-ingest) gets the same search with its own secrets (the Official
+ * Account token and AES keys, the gateway HMAC secret), accepting and refusing callbacks.
+ *
+ * Then every secret is used for real, with log.level = debug and kafka.debug = all: the
+ * consumer and its dead-letter producer over SASL_SSL with a client certificate whose key is
+ * encrypted (sasl.password, ssl.key.password), Redis found through a Sentinel that wants a
+ * password, the log salt; then a wrong SASL password and a wrong Sentinel password (start-up
+ * errors); then `wxguardctl redrive` with the same secrets. Nothing any of them wrote holds a
+ * password, the salt or a line of the private key. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -106,6 +116,41 @@ static void key_of(uint64_t id, char *out, size_t size)
     free(v);
 }
 
+/* Starts argv[0] (found on PATH when it has no slash) with stdout and stderr appended to
+ * `out`. Returns its pid. */
+static pid_t spawn_to(const char *const *argv, const char *out)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd < 0)
+            _exit(120);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(121);
+    }
+    return pid;
+}
+
+/* Waits at most timeout_ms (scaled) for `pid`; kills it after that. Returns its exit status,
+ * 128 + the signal that ended it, or -1 when it had to be killed. */
+static int wait_child(pid_t pid, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (wxg_test_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        wxg_test_sleep_ms(20);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 /* Runs wxguardctl with the test's configuration; its own output goes to <dir>/ctl.out (an
  * operator asked for it by key, so it is not searched). Returns the exit status. */
 static int run_ctl(wxg_ct_t *t, const char *cmd, const char *key)
@@ -115,32 +160,15 @@ static int run_ctl(wxg_ct_t *t, const char *cmd, const char *key)
     char bin[1024], out[1024];
     snprintf(bin, sizeof bin, "%s/cmd/wxguardctl/wxguardctl", bin_dir);
     snprintf(out, sizeof out, "%s/ctl.out", t->dir);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd < 0)
-            _exit(120);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(bin, bin, cmd, "--config", t->config, "--yes", key, (char *)NULL);
-        _exit(121);
-    }
-    int64_t deadline = wxg_test_now_ms() + 60000LL * wxg_test_scale();
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (wxg_test_now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("wxguardctl %s did not finish in time", cmd);
-        }
-        wxg_test_sleep_ms(20);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    const char *argv[] = {bin, cmd, "--config", t->config, "--yes", key, NULL};
+    int rc = wait_child(spawn_to(argv, out), 60000);
+    if (rc < 0)
+        fail_msg("wxguardctl %s did not finish in time", cmd);
+    return rc;
 }
 
-/* Fails the test when any forbidden string is in the file at `path`; returns its line count. */
-static size_t assert_clean_file(const char *path)
+/* Fails the test when the file at `path` holds any of the n strings; returns its lines. */
+static size_t assert_none_in(const char *path, const char *const *secrets, size_t n)
 {
     FILE *f = fopen(path, "r");
     assert_non_null(f);
@@ -148,16 +176,22 @@ static size_t assert_clean_file(const char *path)
     size_t cap = 0, lines = 0;
     while (getline(&line, &cap, f) > 0) {
         lines++;
-        for (size_t i = 0; i < sizeof forbidden / sizeof forbidden[0]; i++) {
-            if (strstr(line, forbidden[i]) != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            if (strstr(line, secrets[i]) != NULL) {
                 fclose(f);
-                fail_msg("%s holds '%s' in: %s", path, forbidden[i], line);
+                fail_msg("%s holds '%s' in: %s", path, secrets[i], line);
             }
         }
     }
     free(line);
     fclose(f);
     return lines;
+}
+
+/* Fails the test when any forbidden string is in the file at `path`; returns its line count. */
+static size_t assert_clean_file(const char *path)
+{
+    return assert_none_in(path, forbidden, sizeof forbidden / sizeof forbidden[0]);
 }
 
 static size_t assert_clean(const wxg_ct_t *t, int idx)
@@ -383,17 +417,9 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
     free(g);
 
     kill(pid, SIGTERM);
-    int st = 0;
-    deadline = wxg_test_now_ms() + 20000LL * wxg_test_scale();
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (wxg_test_now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("wxguard-ingest did not stop on SIGTERM");
-        }
-        wxg_test_sleep_ms(20);
-    }
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int rc = wait_child(pid, 20000);
+    if (rc != 0)
+        fail_msg("wxguard-ingest ended with %d after SIGTERM (-1: it did not stop)", rc);
     size_t lines = assert_clean_file(out);
     print_message("searched %zu lines of output\n", lines);
     assert_true(lines > 100);
@@ -401,11 +427,224 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
     free(dir);
 }
 
+/* ---- every secret, used for real, over SASL_SSL ------------------------------------------- */
+
+#define TLS_KEY_PW  "tlsKeyPwP5-never-logged"
+#define SENTINEL_PW "sentinelPwQ6-never-logged"
+#define BAD_SASL_PW "badSaslPwR7-never-logged"
+#define BAD_SENT_PW "badSentinelPwS8-never-logged"
+#define SECRET_SALT "saltT9-never-logged"
+
+/* Runs argv (a short tool such as openssl) with its output to <dir>/tool.out; fails the test
+ * unless it exits 0 within 60 s (scaled). */
+static void run_tool(const char *dir, const char *const *argv)
+{
+    char out[600];
+    snprintf(out, sizeof out, "%s/tool.out", dir);
+    int rc = wait_child(spawn_to(argv, out), 60000);
+    if (rc != 0)
+        fail_msg("%s failed with %d (see %s)", argv[0], rc, out);
+}
+
+/* A line from the middle of the encrypted client key's PEM body: the key itself must never be
+ * printed either. */
+static void key_line(const char *path, char *out, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[256];
+    int n = 0;
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        if (++n == 3) {
+            size_t len = strcspn(line, "\n");
+            if (len >= size)
+                len = size - 1;
+            memcpy(out, line, len);
+            out[len] = '\0';
+        }
+    }
+    fclose(f);
+    assert_true(strlen(out) >= 40);
+}
+
+/* The consumer's configuration over SASL_SSL with a client certificate whose key is
+ * encrypted, Redis found through a Sentinel that wants a password, everything logged. */
+static void write_secret_config(wxg_ct_t *t, const char *dir, int sentinel_port,
+                                const char *sasl_pw, const char *sentinel_pw)
+{
+    char extra[4096];
+    snprintf(extra, sizeof extra,
+             "kafka.bootstrap.servers = %s\n"
+             "kafka.security.protocol = SASL_SSL\n"
+             "kafka.sasl.mechanisms = %s\n"
+             "kafka.sasl.username = %s\n"
+             "kafka.sasl.password = %s\n"
+             "kafka.ssl.ca.location = %s\n"
+             "kafka.ssl.certificate.location = %s/client.pem\n"
+             "kafka.ssl.key.location = %s/client.key\n"
+             "kafka.ssl.key.password = " TLS_KEY_PW "\n"
+             "redis.sentinels = 127.0.0.1:%d\n"
+             "redis.sentinel.master = wxgprv\n"
+             "redis.sentinel.password = %s\n"
+             "redis.connect.timeout.ms = 1s\n"
+             "log.id.salt = " SECRET_SALT "\n"
+             "log.level = debug\n"
+             "kafka.debug = all\n",
+             wxg_test_env_required("WXG_TEST_KAFKA_SSL_BOOTSTRAP"),
+             wxg_test_env_required("WXG_TEST_KAFKA_SASL_MECHANISM"),
+             wxg_test_env_required("WXG_TEST_KAFKA_SASL_USER"), sasl_pw,
+             wxg_test_env_required("WXG_TEST_KAFKA_CA"), dir, dir, sentinel_port, sentinel_pw);
+    wxg_ct_write_config(t, extra);
+}
+
+static void no_secret_in_anything_written_while_every_secret_is_used(void **state)
+{
+    (void)state;
+    const char *sasl_pw = wxg_test_env_required("WXG_TEST_KAFKA_SASL_PASSWORD");
+    wxg_test_redis_t primary, sentinel;
+    assert_int_equal(wxg_test_redis_start(&primary, NULL), 0);
+    assert_int_equal(wxg_test_sentinel_start(&sentinel, "wxgprv", primary.port, SENTINEL_PW), 0);
+    wxg_ct_t t;
+    wxg_ct_setup(&t, "ct-secrets", 1);
+    /* Nothing listens at redis.host/port: only the Sentinel leads to the primary. */
+    t.redis_host = "127.0.0.1";
+    t.redis_port = wxg_test_free_port();
+
+    /* A client certificate whose key is encrypted with TLS_KEY_PW. */
+    char key[600], cert[600], keybody[128];
+    snprintf(key, sizeof key, "%s/client.key", t.dir);
+    snprintf(cert, sizeof cert, "%s/client.pem", t.dir);
+    const char *req[] = {"openssl",
+                         "req",
+                         "-x509",
+                         "-newkey",
+                         "ec",
+                         "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1",
+                         "-keyout",
+                         key,
+                         "-out",
+                         cert,
+                         "-days",
+                         "1",
+                         "-subj",
+                         "/CN=wxg-test-client",
+                         "-passout",
+                         "pass:" TLS_KEY_PW,
+                         NULL};
+    run_tool(t.dir, req);
+    key_line(key, keybody, sizeof keybody);
+    const char *secrets[] = {sasl_pw,     BAD_SASL_PW, TLS_KEY_PW, SENTINEL_PW,
+                             BAD_SENT_PW, SECRET_SALT, keybody};
+    const size_t nsecrets = sizeof secrets / sizeof secrets[0];
+
+    /* 1. Everything right: three messages and a record that does not decode, parked in the
+     *    dead-letter topic through the producer over the same listener. */
+    write_secret_config(&t, t.dir, sentinel.port, sasl_pw, SENTINEL_PW);
+    for (uint64_t i = 0; i < 3; i++) {
+        char *v = generic(ID_BASE + 500 + i);
+        wxg_ct_produce_raw(&t, 0, v);
+        free(v);
+    }
+    wxg_ct_produce_raw(&t, 0, "{\"account\": oops");
+    wxg_ct_spawn(&t, 0);
+    assert_true(wxg_ct_wait_all_committed(&t, 90000, NULL));
+    wxg_ct_assert_exit(&t, 0, wxg_ct_signal(&t, 0, SIGTERM, 30000), 0);
+    assert_int_equal(wxg_ct_log_last(&t, 0, "event=stats", "processed"), 3);
+    assert_int_equal(wxg_ct_log_last(&t, 0, "event=stats", "dead_lettered"), 1);
+
+    /* 2. A wrong SASL password: a start-up error (exit 3) that names the refusal. */
+    write_secret_config(&t, t.dir, sentinel.port, BAD_SASL_PW, SENTINEL_PW);
+    wxg_ct_spawn(&t, 1);
+    int64_t deadline = wxg_test_now_ms() + 30000 * wxg_test_scale();
+    while (wxg_ct_log_count(&t, 1, "kafka_auth_failed") == 0 && wxg_test_now_ms() < deadline)
+        wxg_test_sleep_ms(50);
+    wxg_test_sleep_ms(200);
+    wxg_ct_assert_exit(&t, 1, wxg_ct_signal(&t, 1, SIGTERM, 30000), 3);
+    assert_true(wxg_ct_log_count(&t, 1, "event=kafka_auth_failed") > 0);
+
+    /* 3. A wrong Sentinel password: the guard cannot find Redis, a start-up error. */
+    write_secret_config(&t, t.dir, sentinel.port, sasl_pw, BAD_SENT_PW);
+    wxg_ct_spawn(&t, 2);
+    wxg_ct_assert_exit(&t, 2, wxg_ct_wait_exit(&t, 2, 60000), 3);
+
+    /* 4. wxguardctl redrive over the same listener, the key's password and the Sentinel's on
+     *    its command line, every librdkafka debug context on. */
+    char *back = wxg_test_kafka_name("ct-secrets-back");
+    wxg_test_kafka_create_topic(back, 1);
+    const char *bin_dir = getenv("WXG_BINARY_DIR");
+    assert_non_null(bin_dir);
+    char ctl[600], sets[20][700], ctl_out[600];
+    snprintf(ctl, sizeof ctl, "%s/cmd/wxguardctl/wxguardctl", bin_dir);
+    snprintf(ctl_out, sizeof ctl_out, "%s/redrive.log", t.dir);
+    int ns = 0;
+    snprintf(sets[ns++], 700, "kafka.bootstrap.servers=%s",
+             wxg_test_env_required("WXG_TEST_KAFKA_SSL_BOOTSTRAP"));
+    snprintf(sets[ns++], 700, "kafka.security.protocol=SASL_SSL");
+    snprintf(sets[ns++], 700, "kafka.sasl.mechanisms=%s",
+             wxg_test_env_required("WXG_TEST_KAFKA_SASL_MECHANISM"));
+    snprintf(sets[ns++], 700, "kafka.sasl.username=%s",
+             wxg_test_env_required("WXG_TEST_KAFKA_SASL_USER"));
+    snprintf(sets[ns++], 700, "kafka.sasl.password=%s", sasl_pw);
+    snprintf(sets[ns++], 700, "kafka.ssl.ca.location=%s",
+             wxg_test_env_required("WXG_TEST_KAFKA_CA"));
+    snprintf(sets[ns++], 700, "kafka.ssl.certificate.location=%s", cert);
+    snprintf(sets[ns++], 700, "kafka.ssl.key.location=%s", key);
+    snprintf(sets[ns++], 700, "kafka.ssl.key.password=%s", TLS_KEY_PW);
+    snprintf(sets[ns++], 700, "kafka.debug=all");
+    snprintf(sets[ns++], 700, "log.level=debug");
+    snprintf(sets[ns++], 700, "log.id.salt=%s", SECRET_SALT);
+    snprintf(sets[ns++], 700, "kafka.broker.address.family=v4");
+    snprintf(sets[ns++], 700, "redis.sentinels=127.0.0.1:%d", sentinel.port);
+    snprintf(sets[ns++], 700, "redis.sentinel.master=wxgprv");
+    snprintf(sets[ns++], 700, "redis.sentinel.password=%s", SENTINEL_PW);
+    snprintf(sets[ns++], 700, "redis.key.prefix=%s", t.prefix);
+    snprintf(sets[ns++], 700, "dlq.topic=%s", t.dlq);
+    const char *argv[48];
+    int na = 0;
+    argv[na++] = ctl;
+    argv[na++] = "redrive";
+    argv[na++] = "--all";
+    argv[na++] = "--to-topic";
+    argv[na++] = back;
+    argv[na++] = "--quiet";
+    for (int i = 0; i < ns; i++) {
+        argv[na++] = "--set";
+        argv[na++] = sets[i];
+    }
+    argv[na] = NULL;
+    int rc = wait_child(spawn_to(argv, ctl_out), 90000);
+    if (rc != 0)
+        fail_msg("wxguardctl redrive exited %d (see %s)", rc, ctl_out);
+    wxg_test_kafka_msg_t *again = NULL;
+    size_t n = wxg_test_kafka_read(back, 1, 30000, &again);
+    assert_int_equal(n, 1);
+    wxg_test_kafka_msgs_free(again, n);
+    free(back);
+
+    size_t lines = 0;
+    for (int i = 0; i < 3; i++) {
+        char logp[600];
+        snprintf(logp, sizeof logp, "%s/replica-%d.log", t.dir, i);
+        lines += assert_none_in(logp, secrets, nsecrets);
+    }
+    size_t ctl_lines = assert_none_in(ctl_out, secrets, nsecrets);
+    assert_true(ctl_lines > 100); /* its librdkafka lines at debug level too */
+    lines += ctl_lines;
+    print_message("searched %zu lines of output\n", lines);
+    assert_true(lines > 300); /* kafka.debug = all was on everywhere */
+    wxg_ct_teardown(&t);
+    wxg_test_redis_stop(&sentinel);
+    wxg_test_redis_stop(&primary);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(no_personal_id_or_secret_in_anything_the_consumer_writes),
         cmocka_unit_test(no_personal_id_or_secret_in_anything_the_receiver_writes),
+        cmocka_unit_test(no_secret_in_anything_written_while_every_secret_is_used),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

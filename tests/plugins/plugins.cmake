@@ -31,3 +31,16 @@ foreach(t unit.test_plugin integration.test_dlq)
                      wxg_example_plugin_bad_abi wxg_example_plugin_no_entry)
   endif()
 endforeach()
+
+# A plugin whose effect lands before a slow call returns (slow_effect_plugin.c): the crash
+# tests measure with it how many effects a killed replica leaves without their marker.
+add_library(wxg_slow_effect_plugin MODULE ${CMAKE_CURRENT_LIST_DIR}/slow_effect_plugin.c)
+target_include_directories(wxg_slow_effect_plugin PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(wxg_slow_effect_plugin PRIVATE wxg_build_flags)
+set_target_properties(wxg_slow_effect_plugin PROPERTIES PREFIX "" LIBRARY_OUTPUT_DIRECTORY
+                                                   ${CMAKE_BINARY_DIR}/tests/plugins)
+if(TARGET integration.test_consumer_crash)
+  target_compile_definitions(integration.test_consumer_crash PRIVATE
+    WXG_SLOW_EFFECT_PLUGIN="$<TARGET_FILE:wxg_slow_effect_plugin>")
+  add_dependencies(integration.test_consumer_crash wxg_slow_effect_plugin)
+endif()

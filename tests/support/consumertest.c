@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testenv.h"
@@ -61,6 +62,7 @@ void wxg_ct_teardown(wxg_ct_t *t)
         if (t->pids[i] > 0)
             wxg_ct_signal(t, i, SIGKILL, 10000);
     }
+    wxg_test_kafka_offsets_reader_free(t->offsets);
     if (getenv("WXG_TEST_KEEP")) {
         print_message("kept %s\n", t->dir);
     } else if (t->dir) {
@@ -237,6 +239,35 @@ void wxg_ct_assert_exit(const wxg_ct_t *t, int idx, int st, int code)
     fail_msg("replica %d %s (expected exit status %d)", idx, how, code);
 }
 
+void wxg_ct_index_offsets(const wxg_ct_t *t, const wxg_ct_msg_t *msgs, size_t n, uint64_t **ids)
+{
+    size_t count[WXG_CT_MAX_PARTS] = {0};
+    for (int p = 0; p < t->partitions; p++) {
+        ids[p] = calloc(n ? n : 1, sizeof **ids);
+        assert_non_null(ids[p]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        assert_true(msgs[i].partition >= 0 && msgs[i].partition < t->partitions);
+        ids[msgs[i].partition][count[msgs[i].partition]++] = msgs[i].id;
+    }
+}
+
+void wxg_ct_free_offsets(const wxg_ct_t *t, uint64_t **ids)
+{
+    for (int p = 0; p < t->partitions; p++) {
+        free(ids[p]);
+        ids[p] = NULL;
+    }
+}
+
+void wxg_ct_stop_all(wxg_ct_t *t)
+{
+    for (int i = 0; i < WXG_CT_MAX_REPLICAS; i++) {
+        if (t->pids[i] > 0)
+            wxg_ct_assert_exit(t, i, wxg_ct_signal(t, i, SIGTERM, 60000), 0);
+    }
+}
+
 static char *msg_json(uint64_t id, int conv)
 {
     char *s = malloc(512);
@@ -314,11 +345,15 @@ size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn
         const cJSON *pid = cJSON_GetObjectItemCaseSensitive(j, "pid");
         const cJSON *part = cJSON_GetObjectItemCaseSensitive(j, "partition");
         const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "offset");
+        const cJSON *att = cJSON_GetObjectItemCaseSensitive(j, "attempt");
+        const cJSON *tms = cJSON_GetObjectItemCaseSensitive(j, "time_ms");
         v[n].id = strtoull(id->valuestring, NULL, 10);
         v[n].fence = (uint64_t)fence->valuedouble;
         v[n].pid = cJSON_IsNumber(pid) ? (long)pid->valuedouble : -1;
         v[n].partition = cJSON_IsNumber(part) ? (int32_t)part->valuedouble : -1;
         v[n].offset = cJSON_IsNumber(off) ? (int64_t)off->valuedouble : -1;
+        v[n].attempt = cJSON_IsNumber(att) ? (uint64_t)att->valuedouble : 0;
+        v[n].time_ms = cJSON_IsNumber(tms) ? (int64_t)tms->valuedouble : 0;
         n++;
         cJSON_Delete(j);
     }
@@ -330,19 +365,37 @@ size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn
     return n;
 }
 
-int64_t wxg_ct_committed(const wxg_ct_t *t, int32_t p)
+void wxg_ct_committed_all(wxg_ct_t *t, int64_t *out)
 {
-    return wxg_test_kafka_committed(t->group, t->topic, p);
+    if (!t->offsets)
+        t->offsets = wxg_test_kafka_offsets_reader(t->group);
+    wxg_test_kafka_offsets_read(t->offsets, t->topic, t->partitions, out);
+}
+
+int64_t wxg_ct_committed(wxg_ct_t *t, int32_t p)
+{
+    int64_t all[WXG_CT_MAX_PARTS];
+    assert_true(p >= 0 && p < t->partitions);
+    wxg_ct_committed_all(t, all);
+    return all[p];
 }
 
 int wxg_ct_wait_all_committed(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg_ct_t *))
 {
+    return wxg_ct_wait_all_committed_every(t, timeout_ms, check, 1000);
+}
+
+int wxg_ct_wait_all_committed_every(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg_ct_t *),
+                                    int64_t period_ms)
+{
     int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
     int64_t next_check = 0;
+    int64_t committed[WXG_CT_MAX_PARTS];
     for (;;) {
+        wxg_ct_committed_all(t, committed);
         int done = 1;
         for (int p = 0; p < t->partitions && done; p++) {
-            if (wxg_ct_committed(t, p) != t->produced[p])
+            if (committed[p] != t->produced[p])
                 done = 0;
         }
         if (done)
@@ -355,13 +408,14 @@ int wxg_ct_wait_all_committed(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg
         }
         if (check && wxg_test_now_ms() >= next_check) {
             check(t);
-            next_check = wxg_test_now_ms() + 1000;
+            next_check = wxg_test_now_ms() + period_ms;
         }
-        wxg_test_sleep_ms(200);
+        wxg_test_sleep_ms(period_ms < 200 ? period_ms : 200);
     }
+    wxg_ct_committed_all(t, committed);
     for (int p = 0; p < t->partitions; p++)
-        print_message("partition %d: committed %lld of %lld\n", p,
-                      (long long)wxg_ct_committed(t, p), (long long)t->produced[p]);
+        print_message("partition %d: committed %lld of %lld\n", p, (long long)committed[p],
+                      (long long)t->produced[p]);
     return 0;
 }
 
@@ -374,8 +428,7 @@ static int cmp_u64(const void *a, const void *b)
 void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids)
 {
     int64_t committed[WXG_CT_MAX_PARTS];
-    for (int p = 0; p < t->partitions; p++)
-        committed[p] = wxg_ct_committed(t, p);
+    wxg_ct_committed_all(t, committed);
     /* Effects are written before the offset passes them, so the ledger read after the sample
      * must hold every message below the sampled offsets. */
     wxg_ct_effect_t *eff;
@@ -401,7 +454,9 @@ void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids)
     free(eff);
 }
 
-int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
+/* Over the lines of replica idx's log that contain `needle`: how many, and the sum of the
+ * numbers that follow it. */
+static long log_scan(const wxg_ct_t *t, int idx, const char *needle, int sum)
 {
     char logp[512];
     snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
@@ -409,13 +464,54 @@ int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
     if (!f)
         return 0;
     char line[16384];
-    int n = 0;
+    long n = 0;
     while (fgets(line, sizeof line, f)) {
-        if (strstr(line, needle))
-            n++;
+        const char *at = strstr(line, needle);
+        if (at)
+            n += sum ? strtol(at + strlen(needle), NULL, 10) : 1;
     }
     fclose(f);
     return n;
+}
+
+int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle)
+{
+    return (int)log_scan(t, idx, needle, 0);
+}
+
+long wxg_ct_log_sum(const wxg_ct_t *t, int idx, const char *prefix)
+{
+    return log_scan(t, idx, prefix, 1);
+}
+
+int wxg_ct_wait_log(const wxg_ct_t *t, int idx, const char *needle, int count, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    while (wxg_ct_log_count(t, idx, needle) < count) {
+        if (wxg_test_now_ms() >= deadline)
+            return 0;
+        wxg_test_sleep_ms(20);
+    }
+    return 1;
+}
+
+int64_t wxg_ct_log_last(const wxg_ct_t *t, int idx, const char *event, const char *key)
+{
+    char logp[512], needle[128];
+    snprintf(logp, sizeof logp, "%s/replica-%d.log", t->dir, idx);
+    snprintf(needle, sizeof needle, " %s=", key);
+    FILE *f = fopen(logp, "r");
+    if (!f)
+        return -1;
+    char line[16384];
+    int64_t v = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, event) ? strstr(line, needle) : NULL;
+        if (at)
+            v = strtoll(at + strlen(needle), NULL, 10);
+    }
+    fclose(f);
+    return v;
 }
 
 void wxg_ct_assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total)
@@ -430,5 +526,121 @@ void wxg_ct_assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total)
         assert_int_equal(seen[eff[i].id - base]++, 0);
     }
     free(seen);
+    free(eff);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int wxg_ct_stop(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms, wxg_ct_stop_t *stop)
+{
+    assert_true(sig == SIGKILL || sig == SIGTERM);
+    stop->pid = (long)t->pids[idx];
+    stop->sig = sig;
+    stop->sent_ms = wall_ms();
+    int st = wxg_ct_signal(t, idx, sig, timeout_ms);
+    stop->exited_ms = wall_ms();
+    return st;
+}
+
+static int cmp_effect_time(const void *a, const void *b)
+{
+    const wxg_ct_effect_t *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    if (x->time_ms != y->time_ms)
+        return x->time_ms < y->time_ms ? -1 : 1;
+    return x->fence < y->fence ? -1 : x->fence > y->fence;
+}
+
+/* The stop of process `pid` sent at or after `when` (the first such), or NULL. */
+static const wxg_ct_stop_t *stop_after(const wxg_ct_stop_t *stops, size_t n, long pid, int64_t when)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (stops[i].pid == pid && stops[i].sent_ms >= when)
+            return &stops[i];
+    }
+    return NULL;
+}
+
+/* "pid 123 (SIGKILLed)", for the repeat lines. */
+static const char *role(const wxg_ct_stop_t *stops, size_t n, long pid, char *buf, size_t size)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (stops[i].pid == pid) {
+            snprintf(buf, size, "pid %ld (%s)", pid,
+                     stops[i].sig == SIGKILL ? "SIGKILLed" : "SIGTERMed");
+            return buf;
+        }
+    }
+    snprintf(buf, size, "pid %ld", pid);
+    return buf;
+}
+
+/* The effect's time relative to each stop: " kill+12ms term-340ms". */
+static void relative(const wxg_ct_stop_t *stops, size_t n, int64_t when, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && len < size; i++) {
+        int w =
+            snprintf(buf + len, size - len, " %s%+lldms", stops[i].sig == SIGKILL ? "kill" : "term",
+                     (long long)(when - stops[i].sent_ms));
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+}
+
+void wxg_ct_classify_repeats(const wxg_ct_t *t, const wxg_ct_stop_t *stops, size_t n,
+                             wxg_ct_repeats_t *out)
+{
+    static const char *const kind_name[WXG_CT_REPEAT_KINDS] = {"crash window", "SIGTERM",
+                                                               "same fence", "live owner"};
+    assert_true(n <= WXG_CT_MAX_REPLICAS);
+    memset(out, 0, sizeof *out);
+    wxg_ct_effect_t *eff;
+    size_t ne = wxg_ct_read_ledger(t, &eff, NULL);
+    qsort(eff, ne, sizeof *eff, cmp_effect_time);
+    for (size_t i = 0; i < ne; i++) {
+        /* Work a stopped replica held: a later claim's effect, after the stop. */
+        if (eff[i].fence > 1) {
+            for (size_t s = 0; s < n; s++) {
+                if (eff[i].pid != stops[s].pid && eff[i].time_ms >= stops[s].sent_ms)
+                    out->taken_over[s]++;
+            }
+        }
+        if (i == 0 || eff[i].id != eff[i - 1].id)
+            continue;
+        const wxg_ct_effect_t *a = &eff[i - 1], *b = &eff[i];
+        const wxg_ct_stop_t *s = stop_after(stops, n, a->pid, a->time_ms);
+        int kind;
+        if (b->fence == a->fence && b->pid == a->pid)
+            kind = WXG_CT_REPEAT_SAME;
+        else if (s && s->sig == SIGKILL && b->time_ms >= s->sent_ms && b->fence > a->fence)
+            kind = WXG_CT_REPEAT_CRASH;
+        else if (s && s->sig == SIGTERM)
+            kind = WXG_CT_REPEAT_SIGTERM;
+        else
+            kind = WXG_CT_REPEAT_LIVE;
+        out->n[kind]++;
+        out->total++;
+        if (kind == WXG_CT_REPEAT_CRASH && s->sent_ms - a->time_ms > out->crash_window_max_ms)
+            out->crash_window_max_ms = s->sent_ms - a->time_ms;
+        char ra[64], rb[64], ta[160], tb[160];
+        relative(stops, n, a->time_ms, ta, sizeof ta);
+        relative(stops, n, b->time_ms, tb, sizeof tb);
+        print_message("repeat: message %llu (partition %d offset %lld): first by %s fence %llu "
+                      "attempt %llu at%s; again by %s fence %llu attempt %llu at%s: %s\n",
+                      (unsigned long long)a->id, (int)a->partition, (long long)a->offset,
+                      role(stops, n, a->pid, ra, sizeof ra), (unsigned long long)a->fence,
+                      (unsigned long long)a->attempt, ta, role(stops, n, b->pid, rb, sizeof rb),
+                      (unsigned long long)b->fence, (unsigned long long)b->attempt, tb,
+                      kind_name[kind]);
+    }
     free(eff);
 }

@@ -29,6 +29,7 @@ typedef struct wxg_ct {
     int redis_port;
     int64_t produced[WXG_CT_MAX_PARTS]; /* records produced per partition (the end offsets) */
     pid_t pids[WXG_CT_MAX_REPLICAS];
+    struct wxg_test_kafka_offsets_reader *offsets; /* made on first use */
 } wxg_ct_t;
 
 /* Creates the topics (partitions, and 1 for the DLQ) and the temp dir. */
@@ -63,6 +64,9 @@ void wxg_ct_assert_exit(const wxg_ct_t *t, int idx, int st, int code);
 /* 1 when replica idx is still running. */
 int wxg_ct_alive(wxg_ct_t *t, int idx);
 
+/* SIGTERMs every replica still running and asserts that each exits 0 within 60 s. */
+void wxg_ct_stop_all(wxg_ct_t *t);
+
 /* One callback to produce: message id `id` (decimal digits) of conversation `conv`. */
 typedef struct wxg_ct_msg {
     int32_t partition;
@@ -75,25 +79,41 @@ typedef struct wxg_ct_msg {
 void wxg_ct_produce(wxg_ct_t *t, const wxg_ct_msg_t *msgs, size_t n);
 void wxg_ct_produce_raw(wxg_ct_t *t, int32_t partition, const char *value);
 
+/* The message id at each offset: for msgs[0..n) produced in this order to a fresh topic, ids[p]
+ * (p < t->partitions; allocated here, n entries each) gets the id of the message at each
+ * offset of partition p, for wxg_ct_check_commit_invariant(). Free with wxg_ct_free_offsets. */
+void wxg_ct_index_offsets(const wxg_ct_t *t, const wxg_ct_msg_t *msgs, size_t n, uint64_t **ids);
+void wxg_ct_free_offsets(const wxg_ct_t *t, uint64_t **ids);
+
 /* The ledger: per message id, how many effect lines, and for each the fence and pid. */
 typedef struct wxg_ct_effect {
     uint64_t id;
     uint64_t fence;
+    uint64_t attempt; /* the claim's attempt number (0 when the line has none) */
     long pid;
     int32_t partition;
     int64_t offset;
+    int64_t time_ms; /* wall clock of the effect, ms since the epoch (0 when none) */
 } wxg_ct_effect_t;
 
 /* Reads the ledger; returns the number of lines parsed into *out (caller frees). Lines that are
  * not JSON (a torn write) are skipped and counted in *torn (may be NULL). */
 size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn);
 
-/* Committed offset of partition p for the test's group (-1001 when none). */
-int64_t wxg_ct_committed(const wxg_ct_t *t, int32_t p);
+/* Committed offset of partition p for the test's group (-1001 when none), read by a client
+ * that stays connected (one request, a few milliseconds). */
+int64_t wxg_ct_committed(wxg_ct_t *t, int32_t p);
+
+/* The committed offsets of every partition, from one request, into out[t->partitions]. */
+void wxg_ct_committed_all(wxg_ct_t *t, int64_t *out);
 
 /* Waits until every partition's committed offset equals t->produced[p]. Returns 1 on success,
  * 0 after timeout_ms (scaled). While waiting, calls check (may be NULL) about once a second. */
 int wxg_ct_wait_all_committed(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg_ct_t *));
+
+/* The same, sampling the committed offsets and calling check every period_ms. */
+int wxg_ct_wait_all_committed_every(wxg_ct_t *t, int64_t timeout_ms, void (*check)(wxg_ct_t *),
+                                    int64_t period_ms);
 
 /* Asserts that a committed offset never passed a message without its effect: for every
  * partition, every produced message below the committed offset sampled now has a ledger
@@ -105,7 +125,67 @@ void wxg_ct_check_commit_invariant(wxg_ct_t *t, uint64_t *const *offset_ids);
  * and nothing else. */
 void wxg_ct_assert_each_once(const wxg_ct_t *t, uint64_t base, size_t total);
 
+/* A replica stopped by the test: its pid, the signal, and the wall clock (ms since the epoch,
+ * as the ledger's time_ms) just before the signal was sent and once the replica was reaped. */
+typedef struct wxg_ct_stop {
+    long pid;
+    int sig;
+    int64_t sent_ms;
+    int64_t exited_ms;
+} wxg_ct_stop_t;
+
+/* Like wxg_ct_signal() for SIGKILL or SIGTERM, and notes the stop in *stop. */
+int wxg_ct_stop(wxg_ct_t *t, int idx, int sig, int64_t timeout_ms, wxg_ct_stop_t *stop);
+
+/* Why a message took effect more than once, judged from the ledger and the test's stops. For
+ * each effect after a message's first (in the ledger's order of time), the effect before it
+ * is the "earlier" one:
+ *   CRASH     the earlier one's process was SIGKILLed after it (the effect happened, the
+ *             process died before its DONE or sub-marker was written), and the repeat is a new
+ *             claim (a higher fencing token) after the kill: the one expected kind;
+ *   SIGTERM   the earlier one's process was stopped with SIGTERM after it: a drain that let an
+ *             effect go without its marker;
+ *   SAME      the repeat carries the same fencing token: one claim ran the plugin twice;
+ *   LIVE      the earlier one's process was not stopped after it: a lease lost while it lived,
+ *             a rebalance or a BUSY retry let another claim in. */
+enum {
+    WXG_CT_REPEAT_CRASH,
+    WXG_CT_REPEAT_SIGTERM,
+    WXG_CT_REPEAT_SAME,
+    WXG_CT_REPEAT_LIVE,
+    WXG_CT_REPEAT_KINDS
+};
+
+typedef struct wxg_ct_repeats {
+    size_t n[WXG_CT_REPEAT_KINDS];
+    size_t total;
+    /* Of the CRASH repeats: the largest time from the earlier effect to the kill (ms). */
+    int64_t crash_window_max_ms;
+    /* Messages whose effect came from a claim after a stop's (fence > 1 and an effect after the
+     * stop was sent): work the stopped replica held. Indexed like `stops`. */
+    size_t taken_over[WXG_CT_MAX_REPLICAS];
+} wxg_ct_repeats_t;
+
+/* Reads the ledger and classifies every repeated effect (see above), printing one line per
+ * repeat: the message, each effect's process, fence, attempt and time relative to the stops.
+ * `stops` (n of them, at most WXG_CT_MAX_REPLICAS) are the replicas the test stopped. */
+void wxg_ct_classify_repeats(const wxg_ct_t *t, const wxg_ct_stop_t *stops, size_t n,
+                             wxg_ct_repeats_t *out);
+
 /* Counts lines of replica idx's log containing `needle`. */
 int wxg_ct_log_count(const wxg_ct_t *t, int idx, const char *needle);
+
+/* The sum of N over the lines of replica idx's log that contain `prefix` followed by a number
+ * N (e.g. "event=assigned partitions="). */
+long wxg_ct_log_sum(const wxg_ct_t *t, int idx, const char *prefix);
+
+/* Waits until replica idx's log has at least `count` lines containing `needle`, at most
+ * timeout_ms (scaled). Returns 1, or 0 on timeout. */
+int wxg_ct_wait_log(const wxg_ct_t *t, int idx, const char *needle, int count, int64_t timeout_ms);
+
+/* The value N of the last " key=N" in lines of replica idx's log that contain `event` (e.g.
+ * "event=stats", whose last line is the replica's final count when it stopped), or -1 when no
+ * such line has the key. */
+int64_t wxg_ct_log_last(const wxg_ct_t *t, int idx, const char *event, const char *key);
 
 #endif /* WXG_CONSUMERTEST_H */

@@ -266,6 +266,49 @@ int64_t wxg_test_kafka_committed(const char *group, const char *topic, int32_t p
     return offset;
 }
 
+struct wxg_test_kafka_offsets_reader {
+    rd_kafka_t *rk;
+};
+
+wxg_test_kafka_offsets_reader_t *wxg_test_kafka_offsets_reader(const char *group)
+{
+    wxg_test_kafka_offsets_reader_t *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    rd_kafka_conf_t *conf = wxg_test_kafka_conf();
+    wxg_test_kafka_conf_set(conf, "group.id", group);
+    wxg_test_kafka_conf_set(conf, "enable.auto.commit", "false");
+    r->rk = new_handle(RD_KAFKA_CONSUMER, conf);
+    return r;
+}
+
+void wxg_test_kafka_offsets_reader_free(wxg_test_kafka_offsets_reader_t *r)
+{
+    if (!r)
+        return;
+    /* It never joined the group: closing has nothing to wait for. */
+    rd_kafka_consumer_close(r->rk);
+    rd_kafka_destroy(r->rk);
+    free(r);
+}
+
+void wxg_test_kafka_offsets_read(wxg_test_kafka_offsets_reader_t *r, const char *topic, int n,
+                                 int64_t *out)
+{
+    rd_kafka_t *rk = r->rk;
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(n);
+    for (int p = 0; p < n; p++)
+        rd_kafka_topic_partition_list_add(parts, topic, p);
+    rd_kafka_resp_err_t err = rd_kafka_committed(rk, parts, scaled(HELPER_TIMEOUT_MS));
+    for (int p = 0; p < n; p++) {
+        if (!err && parts->elems[p].err)
+            err = parts->elems[p].err;
+        out[p] = parts->elems[p].offset;
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    if (err)
+        fail_msg("committed offsets of %s: %s", topic, rd_kafka_err2str(err));
+}
+
 static char *copy_bytes(const void *p, size_t len)
 {
     if (!p)

@@ -58,6 +58,19 @@ void wxg_test_kafka_produce_n(const char *topic, int32_t partition, int n,
  * it now; RD_KAFKA_OFFSET_INVALID (-1001) when the group committed nothing there. */
 int64_t wxg_test_kafka_committed(const char *group, const char *topic, int32_t partition);
 
+/* A client that reads the committed offsets of `group` and stays connected, so that a test can
+ * sample them every few tens of milliseconds (one request per sample). It never joins the
+ * group. Free with wxg_test_kafka_offsets_reader_free(). */
+typedef struct wxg_test_kafka_offsets_reader wxg_test_kafka_offsets_reader_t;
+wxg_test_kafka_offsets_reader_t *wxg_test_kafka_offsets_reader(const char *group);
+void wxg_test_kafka_offsets_reader_free(wxg_test_kafka_offsets_reader_t *r);
+
+/* Reads the committed offsets of partitions 0..n-1 of `topic` into out[] (-1001 where the
+ * group committed nothing); fails the test when the broker does not answer within the helper
+ * timeout. */
+void wxg_test_kafka_offsets_read(wxg_test_kafka_offsets_reader_t *r, const char *topic, int n,
+                                 int64_t *out);
+
 /* One consumed record. key and value are NUL-terminated copies (NULL when absent); their
  * lengths exclude the terminator. */
 typedef struct wxg_test_kafka_msg {

@@ -403,12 +403,36 @@ static void kafka_keys_are_validated_by_librdkafka_and_passed_on(void **state)
     assert_int_equal(wxg_conf_set_arg(c, "kafka.auto.offset.reset=earliest", err, ERRSZ), 0);
     assert_int_equal(wxg_conf_set_arg(c, "kafka.client.id=wxg-test", err, sizeof err), 0);
     assert_int_equal(wxg_conf_set_arg(c, "kafka.bootstrap.servers=127.0.0.1:1", err, ERRSZ), 0);
-    assert_int_equal(wxg_conf_set_arg(c, "kafka.sasl.password=pw", err, sizeof err), 0);
+    /* Every setting an authenticated, encrypted connection needs passes on as written. */
+    static const char *const tls[][2] = {
+        {"security.protocol", "sasl_ssl"},
+        {"sasl.mechanisms", "SCRAM-SHA-256"},
+        {"sasl.username", "wxg-user"},
+        {"sasl.password", "pw"},
+        {"ssl.ca.location", "/etc/wxg/ca.pem"},
+        {"ssl.certificate.location", "/etc/wxg/client.pem"},
+        {"ssl.key.location", "/etc/wxg/client.key"},
+        {"ssl.key.password", "keypw"},
+        {"enable.ssl.certificate.verification", "false"},
+        {"ssl.endpoint.identification.algorithm", "none"},
+    };
+    char arg[256];
+    for (size_t i = 0; i < sizeof tls / sizeof tls[0]; i++) {
+        snprintf(arg, sizeof arg, "kafka.%s=%s", tls[i][0], tls[i][1]);
+        if (wxg_conf_set_arg(c, arg, err, sizeof err) != 0)
+            fail_msg("%s: %s", arg, err);
+    }
 
     rd_kafka_conf_t *rk = wxg_conf_kafka(c, err, sizeof err);
     assert_non_null(rk);
     char buf[256];
-    size_t sz = sizeof buf;
+    size_t sz;
+    for (size_t i = 0; i < sizeof tls / sizeof tls[0]; i++) {
+        sz = sizeof buf;
+        assert_int_equal(rd_kafka_conf_get(rk, tls[i][0], buf, &sz), RD_KAFKA_CONF_OK);
+        assert_string_equal(buf, tls[i][1]);
+    }
+    sz = sizeof buf;
     assert_int_equal(rd_kafka_conf_get(rk, "client.id", buf, &sz), RD_KAFKA_CONF_OK);
     assert_string_equal(buf, "wxg-test");
     sz = sizeof buf;

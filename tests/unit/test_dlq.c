@@ -82,9 +82,27 @@ static void producer_reports_its_delivery_timeout(void **state)
 static void a_producer_beside_a_consumer_takes_only_the_connection_settings(void **state)
 {
     (void)state;
-    static const char *const taken[] = {
-        "bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.mechanisms",
-        "sasl.username",     "ssl.ca.location",      "client.id",         "message.timeout.ms"};
+    static const char *const taken[] = {"bootstrap.servers",
+                                        "metadata.broker.list",
+                                        "security.protocol",
+                                        "sasl.mechanisms",
+                                        "sasl.username",
+                                        "sasl.password",
+                                        "sasl.oauthbearer.config",
+                                        "ssl.ca.location",
+                                        "ssl.certificate.location",
+                                        "ssl.key.location",
+                                        "ssl.key.password",
+                                        "ssl.key.pem",
+                                        "ssl.certificate.pem",
+                                        "ssl.keystore.location",
+                                        "ssl.keystore.password",
+                                        "ssl.endpoint.identification.algorithm",
+                                        "enable.ssl.certificate.verification",
+                                        "broker.address.family",
+                                        "socket.timeout.ms",
+                                        "client.id",
+                                        "message.timeout.ms"};
     static const char *const left[] = {"group.id",          "fetch.wait.max.ms",
                                        "auto.offset.reset", "session.timeout.ms",
                                        "linger.ms",         "log_cb"};
@@ -261,12 +279,57 @@ static void the_start_up_check_returns_at_once_when_every_broker_is_down(void **
     wxg_producer_destroy(p, 0);
 }
 
+static void a_producer_like_a_consumer_takes_every_sasl_and_ssl_setting(void **state)
+{
+    (void)state;
+    /* What an authenticated, encrypted cluster needs, set on a consumer's configuration. With
+     * SASL_PLAINTEXT no TLS context is made, so the files need not exist; the settings must
+     * still reach the producer, or its first connection over SASL_SSL would fail. */
+    static const char *const wanted[][2] = {
+        {"security.protocol", "sasl_plaintext"},
+        {"sasl.mechanisms", "SCRAM-SHA-256"},
+        {"sasl.username", "wxg-user"},
+        {"sasl.password", "s3cr3t-sasl"},
+        {"ssl.ca.location", "/etc/wxg/ca.pem"},
+        {"ssl.certificate.location", "/etc/wxg/client.pem"},
+        {"ssl.key.location", "/etc/wxg/client.key"},
+        {"ssl.key.password", "s3cr3t-key"},
+        {"enable.ssl.certificate.verification", "false"},
+        {"ssl.endpoint.identification.algorithm", "none"},
+    };
+    char err[512];
+    rd_kafka_conf_t *kc = rd_kafka_conf_new();
+    assert_int_equal(rd_kafka_conf_set(kc, "bootstrap.servers", closed_bootstrap, err, sizeof err),
+                     RD_KAFKA_CONF_OK);
+    assert_int_equal(rd_kafka_conf_set(kc, "group.id", "wxg-test-group", err, sizeof err),
+                     RD_KAFKA_CONF_OK);
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        if (rd_kafka_conf_set(kc, wanted[i][0], wanted[i][1], err, sizeof err) != RD_KAFKA_CONF_OK)
+            fail_msg("%s: %s", wanted[i][0], err);
+    }
+    for (int scope = WXG_PRODUCER_CONNECTION; scope <= WXG_PRODUCER_ALL; scope++) {
+        wxg_producer_t *p =
+            wxg_producer_new_like(kc, (wxg_producer_scope_t)scope, NULL, 0, err, sizeof err);
+        if (!p)
+            fail_msg("scope %d: %s", scope, err);
+        char buf[256];
+        for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+            assert_int_equal(wxg__producer_conf_get(p, wanted[i][0], buf, sizeof buf), 0);
+            if (strcmp(buf, wanted[i][1]) != 0)
+                fail_msg("scope %d: %s is '%s', not '%s'", scope, wanted[i][0], buf, wanted[i][1]);
+        }
+        wxg_producer_destroy(p, 0);
+    }
+    rd_kafka_conf_destroy(kc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(producer_refuses_settings_that_weaken_delivery),
         cmocka_unit_test(producer_reports_its_delivery_timeout),
         cmocka_unit_test(a_producer_beside_a_consumer_takes_only_the_connection_settings),
+        cmocka_unit_test(a_producer_like_a_consumer_takes_every_sasl_and_ssl_setting),
         cmocka_unit_test(a_producer_like_a_configuration_takes_its_changed_settings_over_defaults),
         cmocka_unit_test(bad_arguments_are_refused_before_anything_is_sent),
         cmocka_unit_test(a_write_to_an_unreachable_cluster_is_an_error_never_success),

@@ -13,7 +13,11 @@
  *     sink is returned to the caller, and the record waits without its FAILED mark;
  *   - sub-markers that cannot be written leave it to complete, which finishes the message;
  *   - a lease the watchdog found lost while a dead letter waited: the old owner writes none;
- *   - a record that did not decode is parked only for a poison code, never for want of memory.
+ *   - a record that did not decode is parked only for a poison code, never for want of memory;
+ *   - the crash window: a slow plugin's sub-marker (or, for the last plugin, its DONE) goes
+ *     out as soon as the plugin returns, before it runs for the next message; a fast plugin's
+ *     markers still travel in one call per batch; with Redis away, a stage makes two marker
+ *     calls, not one per message.
  * Plugins are the built-in noop and fail. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -688,6 +692,103 @@ static void a_decode_that_ran_out_of_memory_parks_nothing(void **state)
     teardown(x);
 }
 
+/* Counts, at each marker or complete call, how many times the stalling fail plugin had run:
+ * the marker of an effect must go out before the plugin runs for the next message. */
+typedef struct marker_log {
+    fixture *x;
+    size_t plugin; /* the chain index of the slow plugin */
+    uint64_t runs_at[2][MAXN];
+    size_t n[2];
+} marker_log;
+
+static void marker_hook(fakeguard_t *f, fakeguard_op op, const char *key, size_t key_len, void *arg)
+{
+    (void)f;
+    (void)key;
+    (void)key_len;
+    marker_log *l = arg;
+    int i = op == FG_PLUGIN_DONE ? 0 : op == FG_COMPLETE ? 1 : -1;
+    if (i < 0 || l->n[i] >= MAXN)
+        return;
+    l->runs_at[i][l->n[i]++] = plugin_runs(l->x, l->plugin, WXG__PL_OK);
+}
+
+/* Four messages through `spec`, whose plugin at index `slow` stalls 2 ms when `stall`. */
+static fixture *markers_of(const char *spec, size_t slow, int stall, marker_log *l)
+{
+    static const wxg_plugin_kv_t stalling[] = {{"plugin.fail.action", "stall"},
+                                               {"plugin.fail.stall.ms", "2"}};
+    static const wxg_plugin_kv_t passing[] = {{"plugin.fail.match.keys", "nothing-matches"}};
+    fixture *x = stall ? setup(spec, stalling, 2) : setup(spec, passing, 1);
+    for (unsigned i = 0; i < 4; i++)
+        add_message(x, 40 + i);
+    *l = (marker_log){.x = x, .plugin = slow};
+    fakeguard_set_hook(x->f, marker_hook, l);
+    assert_int_equal(run(x), 0);
+    fakeguard_set_hook(x->f, NULL, NULL);
+    assert_int_equal(x->nfinished, 4);
+    assert_int_equal(value(x->m.processed), 4);
+    return x;
+}
+
+static void a_slow_plugins_marker_goes_out_as_soon_as_it_returns(void **state)
+{
+    (void)state;
+    marker_log l;
+    /* Not the last plugin: one sub-marker call per message, each before the next run. The
+     * fast last plugin's DONEs still travel together (see below). */
+    fixture *x = markers_of("fail,noop", 0, 1, &l);
+    assert_int_equal(fakeguard_calls(x->f, FG_PLUGIN_DONE), 4);
+    for (size_t k = 0; k < 4; k++)
+        assert_int_equal(l.runs_at[0][k], k + 1);
+    assert_true(fakeguard_calls(x->f, FG_COMPLETE) < 4);
+    teardown(x);
+    /* The last plugin: its DONE (complete) goes out as soon as it returns. */
+    x = markers_of("noop,fail", 1, 1, &l);
+    assert_int_equal(fakeguard_calls(x->f, FG_PLUGIN_DONE), 1);
+    assert_int_equal(fakeguard_calls(x->f, FG_COMPLETE), 4);
+    for (size_t k = 0; k < 4; k++)
+        assert_int_equal(l.runs_at[1][k], k + 1);
+    teardown(x);
+}
+
+static void a_fast_plugins_markers_travel_in_one_call_per_batch(void **state)
+{
+    (void)state;
+    marker_log l;
+    /* Fewer calls than messages: one, unless the test thread was preempted for a millisecond
+     * between two plugin calls (under valgrind, say), which sends what is waiting. */
+    fixture *x = markers_of("fail,noop", 0, 0, &l);
+    assert_true(fakeguard_calls(x->f, FG_PLUGIN_DONE) < 4);
+    assert_true(l.runs_at[0][0] >= 2);
+    assert_true(fakeguard_calls(x->f, FG_COMPLETE) < 4);
+    teardown(x);
+}
+
+static void an_outage_costs_a_slow_stage_two_marker_calls_not_one_per_message(void **state)
+{
+    (void)state;
+    static const wxg_plugin_kv_t stalling[] = {{"plugin.fail.action", "stall"},
+                                               {"plugin.fail.stall.ms", "2"}};
+    fixture *x = setup("fail,noop", stalling, 2);
+    for (unsigned i = 0; i < 4; i++)
+        add_message(x, 50 + i);
+    fakeguard_fail_next(x->f, FG_PLUGIN_DONE, WXG_ECONN, 100);
+    fakeguard_fail_next(x->f, FG_COMPLETE, WXG_ECONN, 100);
+    assert_int_equal(run(x), 0);
+    /* The first marker call fails; the rest of the stage's markers wait for its end. */
+    assert_int_equal(fakeguard_calls(x->f, FG_PLUGIN_DONE), 2);
+    assert_int_equal(fakeguard_calls(x->f, FG_COMPLETE), 1);
+    assert_int_equal(x->nfinished, 0);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(x->items[i].phase, WXG__PL_COMPLETE);
+        assert_true(x->out[i] > 0);
+    }
+    fakeguard_fail_next(x->f, FG_PLUGIN_DONE, 0, 0);
+    fakeguard_fail_next(x->f, FG_COMPLETE, 0, 0);
+    teardown(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -705,6 +806,9 @@ int main(void)
         cmocka_unit_test(markers_that_cannot_be_written_leave_it_to_complete),
         cmocka_unit_test(a_lease_the_watchdog_lost_stops_the_old_owners_dead_letter),
         cmocka_unit_test(a_decode_that_ran_out_of_memory_parks_nothing),
+        cmocka_unit_test(a_slow_plugins_marker_goes_out_as_soon_as_it_returns),
+        cmocka_unit_test(a_fast_plugins_markers_travel_in_one_call_per_batch),
+        cmocka_unit_test(an_outage_costs_a_slow_stage_two_marker_calls_not_one_per_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* Unit tests for lib/pool.c: per-conversation order under many workers, batch formation and its
  * delay bound, delayed re-queue that keeps order without parking a worker, cancel, drain
- * budget, watermarks and start-up failure. Waits are bounded and scaled, never measured. */
+ * budget, a stop that gives up on a worker stuck in run, watermarks and start-up failure. Waits are
+ * bounded and scaled, never measured. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -471,6 +472,39 @@ static void drain_gives_up_after_its_budget_and_destroy_cancels_what_is_left(voi
     h_fini(&h);
 }
 
+static void stop_gives_up_on_a_worker_stuck_in_run_and_leaves_the_rest_waiting(void **state)
+{
+    (void)state;
+    static harness h;
+    h_init(&h);
+    wxg__pool_t *p = h_pool(&h, 2, 16, 1, 0);
+    static item stuck = {.conv = 1, .seq = 0, .delay_first_ms = -1, .block = 1};
+    static item later = {.conv = 2, .seq = 0, .delay_first_ms = 600000};
+    assert_int_equal(wxg__pool_submit(p, 2, 1, &later), 0);
+    assert_int_equal(wxg__pool_submit(p, 1, 2, &stuck), 0);
+    h_wait_blocked(&h, 1);
+    /* One worker is inside run: the stop gives up on it after its budget, saying so. */
+    unsigned running = 99;
+    assert_int_equal(wxg__pool_stop(p, 30, &running), WXG_ETIMEDOUT);
+    /* The idle worker may take a moment to leave (under valgrind, say); the stuck one stays. */
+    int64_t until = wxg_test_now_ms() + budget_ms(10000);
+    while (running > 1 && wxg_test_now_ms() < until)
+        assert_int_equal(wxg__pool_stop(p, 50, &running), WXG_ETIMEDOUT);
+    assert_int_equal(running, 1);
+    assert_int_equal(atomic_load(&h.finis), 1); /* the idle worker has exited */
+    assert_int_equal(wxg__pool_submit(p, 3, 1, &later), WXG_ECLOSED);
+    /* Once run returns, the stuck worker exits too; the delayed job is never run again. */
+    h_open_gate(&h);
+    assert_int_equal(wxg__pool_stop(p, budget_ms(10000), &running), 0);
+    assert_int_equal(running, 0);
+    assert_int_equal(atomic_load(&h.finis), 2);
+    assert_int_equal(stuck.attempts, 1);
+    wxg__pool_destroy(p);
+    assert_int_equal(later.attempts, 1);
+    assert_int_equal(h.cancelled, 1);
+    h_fini(&h);
+}
+
 static void watermarks_signal_pressure_once_each_way_and_capacity_is_a_hard_bound(void **state)
 {
     (void)state;
@@ -544,6 +578,7 @@ int main(void)
         cmocka_unit_test(cancel_delayed_removes_a_waiting_head_with_everything_behind_it),
         cmocka_unit_test(cancel_skips_running_jobs_and_keeps_the_order_of_the_rest),
         cmocka_unit_test(drain_gives_up_after_its_budget_and_destroy_cancels_what_is_left),
+        cmocka_unit_test(stop_gives_up_on_a_worker_stuck_in_run_and_leaves_the_rest_waiting),
         cmocka_unit_test(watermarks_signal_pressure_once_each_way_and_capacity_is_a_hard_bound),
         cmocka_unit_test(a_failing_thread_init_stops_the_pool_from_starting),
     };
