@@ -180,7 +180,8 @@ static int not_integer(const redisReply *r)
 }
 
 /* Sends the pipe. An error reply to any command fails the call with its code; the deferred
- * deletions it carried are done once their replies arrived. */
+ * deletions it carried are done once their replies arrived. WXG_EREPLICAS (the WAIT after the
+ * writes fell short) leaves every reply in place: the commands ran on the primary. */
 static int npipe_run(wxg__guard_redis_t *rg, npipe_t *p)
 {
     size_t got = 0, waited = SIZE_MAX;
@@ -764,6 +765,12 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     }
     if (rc == 0)
         rc = npipe_run(rg, &p);
+    /* Too few replicas acknowledged: the increments were still made on the primary, and each
+     * must be judged (and a wrong one undone by the repair round), or a retry would add its
+     * increment to an unrepaired field again. */
+    int acks = rc == WXG_EREPLICAS ? rc : 0;
+    if (acks)
+        rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!native[i])
             continue;
@@ -784,7 +791,7 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
                                                         : NC_UNDO_LOST;
     }
     npipe_free(&p);
-    return rc;
+    return rc ? rc : acks;
 }
 
 /* The second round trip for the fields HINCRBY found holding something else: a marker or
@@ -803,6 +810,7 @@ static int complete_repair(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     if (rc)
         return rc;
     p.writes = 1;
+    int acks = 0; /* WXG_EREPLICAS from a part: the rest is still sent */
     char expire_at[24], tags[64][8];
     snprintf(expire_at, sizeof expire_at, "%lld",
              (long long)((tb + 1) * rg->geom.bucket_ms + rg->geom.retention_ms));
@@ -824,6 +832,8 @@ static int complete_repair(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
                 /* The tags' buffer is reused: send what refers to it first. */
                 rc = npipe_run(rg, &p);
                 npipe_free(&p);
+                if (rc == WXG_EREPLICAS)
+                    acks = rc, rc = 0;
                 if (rc || (rc = npipe_init(&p, 2 * m)) != 0)
                     return rc;
                 p.writes = 1;
@@ -833,7 +843,7 @@ static int complete_repair(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     if (p.n > 0)
         rc = npipe_run(rg, &p);
     npipe_free(&p);
-    return rc;
+    return rc ? rc : acks;
 }
 
 /* Completes natively the tickets that may (native[i] = 1), turning the ones whose field held
@@ -846,8 +856,16 @@ static int complete_native(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     int rc = st && kind ? 0 : WXG_ENOMEM;
     if (rc == 0)
         rc = complete_round1(rg, t, n, native, st, kind, tb);
-    if (rc == 0)
+    /* WXG_EREPLICAS from either round: what Redis answered is still the outcome on the
+     * primary, so the repair runs; the call then fails with it and is retried, which finds
+     * the markers (ALREADY_DONE). */
+    int acks = rc == WXG_EREPLICAS ? rc : 0;
+    if (rc == 0 || acks)
         rc = complete_repair(rg, t, n, st, kind, tb);
+    if (rc == WXG_EREPLICAS)
+        acks = rc, rc = 0;
+    if (rc == 0 && acks)
+        rc = acks;
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!native[i])
             continue;

@@ -1,8 +1,9 @@
 /* Redis faults against a private redis-server: restarted empty mid-run (also in the middle of a
  * batch), SCRIPT FLUSH, a SIGSTOP longer than the command timeout, a connection closed by the
  * server's idle timeout, the watchdog's probe through an outage, and the fixture's restart of a
- * persistent server. The guard must reconnect and reload its scripts, never crash, never report
- * success for a DONE it could not write, and return retriable errors while Redis is away. */
+ * persistent server, and a WAIT that falls short under a complete retried. The guard must reconnect
+ * and reload its scripts, never crash, never report success for a DONE it could not write, and
+ * return retriable errors while Redis is away. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -424,6 +425,64 @@ static void a_restarted_persistent_redis_serves_its_keys_once_the_restart_return
     wxg_test_redis_stop(&r);
 }
 
+/* WAIT falling short (a replica stopped) fails complete with WXG_EREPLICAS although the
+ * primary made the write. Retried while the replica is still away and again after it is back,
+ * complete must find its own marker every time: ALREADY_DONE (or OK), never a field changed
+ * twice, and every message a DUPLICATE afterwards. */
+static void a_complete_retried_after_wait_fell_short_finds_its_marker(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    wxg_test_redis_t primary, replica;
+    assert_int_equal(wxg_test_redis_start(&primary, NULL), 0);
+    assert_int_equal(wxg_test_redis_start_replica(&replica, primary.port), 0);
+    assert_int_equal(wxg_test_redis_wait_link(&replica, 20000), 0);
+    char prefix[64];
+    wxg_guard_conf_t c;
+    gt_conf(&c, "127.0.0.1", primary.port, "waitshort", prefix, sizeof prefix);
+    c.wait_replicas = 1;
+    c.wait_timeout_ms = 200;
+    wxg_guard_t *g = gt_open(&c);
+    static char keys[N][32];
+    static const unsigned char hash[32] = {0x5a, 0xc3, 0x11}; /* a payload tag other than 0 */
+    wxg_guard_msg_t msgs[N];
+    wxg_guard_claim_t out[N];
+    wxg_guard_ticket_t t[N];
+    int res[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "bot:n:%d", 8100 + i);
+        msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), i % 2 ? hash : NULL};
+    }
+    assert_int_equal(wxg_guard_claim_batch(g, msgs, N, out), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
+        t[i] = out[i].ticket;
+    }
+    assert_int_equal(kill(replica.pid, SIGSTOP), 0);
+    for (int attempt = 0; attempt < 3; attempt++)
+        assert_int_equal(wxg_guard_complete_batch(g, t, N, res), WXG_EREPLICAS);
+    assert_int_equal(kill(replica.pid, SIGCONT), 0);
+    int rc = WXG_EREPLICAS;
+    for (int attempt = 0; attempt < 50 && rc == WXG_EREPLICAS; attempt++)
+        rc = wxg_guard_complete_batch(g, t, N, res);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < N; i++) {
+        if (res[i] != WXG_GUARD_ALREADY_DONE && res[i] != WXG_GUARD_OK)
+            fail_msg("message %d: complete answered %d after the retries", i, res[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        wxg_guard_claim_t d;
+        assert_int_equal(wxg_guard_claim(g, keys[i], strlen(keys[i]), msgs[i].payload_hash, &d), 0);
+        assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
+        assert_false(d.payload_mismatch);
+        wxg_guard_claim_clear(&d);
+        wxg_guard_claim_clear(&out[i]);
+    }
+    wxg_guard_destroy(g);
+    wxg_test_redis_stop(&replica);
+    wxg_test_redis_stop(&primary);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +507,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(unreachable_redis_at_start_is_a_retriable_connection_error,
                                         setup, teardown),
         cmocka_unit_test(a_restarted_persistent_redis_serves_its_keys_once_the_restart_returns),
+        cmocka_unit_test(a_complete_retried_after_wait_fell_short_finds_its_marker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
