@@ -9,11 +9,14 @@
  * round trips per message (GET processed:<key>; SET lock:<key> NX PX; the handler; SET
  * processed:<key> EX 7d; DEL lock:<key>) with 64 messages in flight per connection, i.e. each step
  * of 64 messages in one round trip.
- * --dup R makes a share R of the lua and seed designs' deliveries repeat a message completed
- * one or two batches earlier; --rate (bench_rate.c) measures memory per marker at a rate.
+ * --dup R makes a share R of the native, lua and seed designs' deliveries repeat a message
+ * completed one or two batches earlier; without it, each of the native and lua rows is followed
+ * by a row of duplicate claims only (the keys it just completed). --rate (bench_rate.c) measures
+ * memory per marker at a rate.
  *
  * For each thread count it measures claim+complete pairs per second, Redis CPU per message (the
- * server's used_cpu_sys + used_cpu_user before and after) and round trips per message, and runs
+ * server's used_cpu_sys + used_cpu_user before and after), this process's CPU per message (the
+ * client side: a replica's cost) and round trips per message, and runs
  * redis-benchmark with EVALSHA of a comparable one-message claim script at the same client
  * count, in the same run, for the ratio. Then it writes --markers DONE markers with each design
  * and reports Redis's used_memory growth per marker.
@@ -29,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,7 +41,16 @@
 #include "wxguard/conf.h"
 #include "wxguard/guard.h"
 
-enum { DESIGN_REAL = 1, DESIGN_NAIVE = 2, DESIGN_DUP = 4, DESIGN_SEED = 8, DESIGN_NATIVE = 16 };
+/* DESIGN_DUP and DESIGN_NDUP: the lua and native designs claiming again what the row before
+ * completed (duplicate claims only). */
+enum {
+    DESIGN_REAL = 1,
+    DESIGN_NAIVE = 2,
+    DESIGN_DUP = 4,
+    DESIGN_SEED = 8,
+    DESIGN_NATIVE = 16,
+    DESIGN_NDUP = 32
+};
 
 typedef struct opts {
     const char *host;
@@ -187,13 +200,13 @@ static int delivery_key(const opts *o, char *buf, size_t size, unsigned run, int
     return make_key(buf, size, run, tid, (*unique)++);
 }
 
-/* The wxguard design. DESIGN_REAL claims fresh keys and completes the ones it claimed;
- * DESIGN_DUP claims keys that an earlier run (same run number) completed, so every claim must
- * answer DUPLICATE. */
+/* The wxguard design. DESIGN_REAL (DESIGN_NATIVE) claims fresh keys and completes the ones it
+ * claimed; DESIGN_DUP (DESIGN_NDUP) claims keys that an earlier run (same run number) completed,
+ * so every claim must answer DUPLICATE. */
 static void *guard_worker(void *arg)
 {
     job *j = arg;
-    int dup = j->design == DESIGN_DUP;
+    int dup = j->design == DESIGN_DUP || j->design == DESIGN_NDUP;
     int rc = 0;
     wxg_guard_t *g = wxg_guard_new(j->conf, &rc, j->err, sizeof j->err);
     if (!g) {
@@ -398,8 +411,18 @@ typedef struct run_result {
     double cpu_us_per_msg;
     double round_trips_per_msg;
     double calls_per_msg; /* data commands Redis ran (INFO commandstats), scripts' included */
+    double client_cpu_us_per_msg; /* this process's CPU (user + system) over the run */
     uint64_t failures;
 } run_result;
+
+/* This process's CPU time so far, in µs (every thread: during a run, the workers). */
+static double process_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
 
 /* The number of data commands Redis has run so far, from INFO commandstats: every command
  * counted there except the script calls themselves and the benchmark's own administration, so
@@ -469,7 +492,8 @@ static run_result run_design_on(const opts *o, redisContext **admins, int nadmin
 {
     char prefix[32];
     wxg_guard_conf_t conf = real_conf(o, prefix, sizeof prefix, run, messages);
-    conf.design = design == DESIGN_NATIVE ? WXG_GUARD_DESIGN_NATIVE : WXG_GUARD_DESIGN_LUA;
+    conf.design = design == DESIGN_NATIVE || design == DESIGN_NDUP ? WXG_GUARD_DESIGN_NATIVE
+                                                                   : WXG_GUARD_DESIGN_LUA;
     job *jobs = calloc((size_t)threads, sizeof *jobs);
     pthread_t *th = calloc((size_t)threads, sizeof *th);
     if (!jobs || !th)
@@ -487,6 +511,7 @@ static run_result run_design_on(const opts *o, redisContext **admins, int nadmin
     double node0[64], node1[64];
     double calls0 = calls_sum(admins, nadmin);
     double cpu0 = cpu_sum(admins, nadmin, node0);
+    double pcpu0 = process_cpu_us();
     int64_t t0 = prog_mono_us();
     for (int i = 0; i < threads; i++) {
         void *(*fn)(void *) = design == DESIGN_NAIVE  ? naive_worker
@@ -498,6 +523,7 @@ static run_result run_design_on(const opts *o, redisContext **admins, int nadmin
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     int64_t t1 = prog_mono_us();
+    double pcpu1 = process_cpu_us();
     double cpu1 = cpu_sum(admins, nadmin, node1);
     double calls1 = calls_sum(admins, nadmin);
     for (int i = 0; node_cpu_us && i < nadmin; i++)
@@ -514,6 +540,7 @@ static run_result run_design_on(const opts *o, redisContext **admins, int nadmin
     r.cpu_us_per_msg = (cpu1 - cpu0) * 1e6 / (double)messages;
     r.round_trips_per_msg = (double)rt / (double)messages;
     r.calls_per_msg = (calls1 - calls0) / (double)messages;
+    r.client_cpu_us_per_msg = (pcpu1 - pcpu0) / (double)messages;
     free(jobs);
     free(th);
     return r;
@@ -932,38 +959,43 @@ int wxgb_guard_main(int argc, char **argv)
     printf("| design | threads | messages/s (claim+complete pairs without duplicates) | "
            "redis-benchmark EVALSHA/s (same "
            "clients) | ratio | Redis round trips/msg | Redis commands/msg | Redis CPU µs/msg | "
-           "failures |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "client CPU µs/msg | failures |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     fflush(stdout);
-    unsigned run = 1, real_run = 0;
+    unsigned run = 1, real_run = 0, native_run = 0;
     for (int round = 0; round < o.rounds; round++) {
         for (int ti = 0; ti < o.nthreads; ti++) {
             int t = o.threads[ti];
             double rb = o.rb_requests > 0 ? redis_benchmark(&o, sha, t) : -1;
-            for (int d = DESIGN_REAL; d <= DESIGN_NATIVE; d *= 2) {
-                if (!(o.designs & (d == DESIGN_DUP ? DESIGN_REAL : d)))
+            for (int d = DESIGN_REAL; d <= DESIGN_NDUP; d *= 2) {
+                int of = d == DESIGN_DUP ? DESIGN_REAL : d == DESIGN_NDUP ? DESIGN_NATIVE : d;
+                if (!(o.designs & of))
                     continue;
-                if (d == DESIGN_DUP && o.dup > 0)
-                    continue; /* the lua row already mixes duplicates in */
-                /* The duplicate row claims again the keys the real row just completed (same run
-                 * number, so the same prefix and keys): claims only, every one DUPLICATE. */
-                unsigned use = d == DESIGN_DUP ? real_run : run++;
+                if ((d == DESIGN_DUP || d == DESIGN_NDUP) && o.dup > 0)
+                    continue; /* the design's row already mixes duplicates in */
+                /* A duplicate row claims again the keys its design's row just completed (same
+                 * run number, so the same prefix and keys): claims only, every one DUPLICATE. */
+                unsigned use = d == DESIGN_DUP ? real_run : d == DESIGN_NDUP ? native_run : run++;
                 if (d == DESIGN_REAL)
                     real_run = use;
+                if (d == DESIGN_NATIVE)
+                    native_run = use;
                 run_result rr = run_design(&o, admin, d, t, o.messages, use, 0);
                 char rbs[32] = "n/a", ratio[32] = "n/a";
                 if (rb > 0) {
                     snprintf(rbs, sizeof rbs, "%.0f", rb);
                     snprintf(ratio, sizeof ratio, "%.2f", rr.pairs_per_s / rb);
                 }
-                printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %.2f | %llu |\n",
+                printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %.2f | %.2f | %llu |\n",
                        d == DESIGN_REAL     ? "lua (batched, compact)"
                        : d == DESIGN_NATIVE ? "native (pipelined, compact)"
                        : d == DESIGN_DUP    ? "lua, duplicate claims only"
+                       : d == DESIGN_NDUP   ? "native, duplicate claims only"
                        : d == DESIGN_SEED   ? "seed (4 round trips, 64 in flight)"
                                             : "naive (SET NX + SET EX)",
                        t, rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg, rr.calls_per_msg,
-                       rr.cpu_us_per_msg, (unsigned long long)rr.failures);
+                       rr.cpu_us_per_msg, rr.client_cpu_us_per_msg,
+                       (unsigned long long)rr.failures);
                 fflush(stdout);
             }
         }
