@@ -13,8 +13,9 @@
  * --naive adds, per worker count and on the same topic, a run of the same consumer on the naive
  * guard (wxg_guard_conf_t.naive: one SET NX GET PX round trip per claim, one SET EX round trip
  * per DONE marker, no batching). The light-load row runs with batching on and off, to show the
- * latency batching adds. --plot FILE writes "workers wxguard naive" lines for gnuplot
- * (bench/e2e-workers.gp).
+ * latency batching adds. --designs native,lua runs both guard designs on each topic, one after
+ * the other (otherwise the one guard.design names). --plot FILE writes "workers <msg/s per
+ * design run>" lines for gnuplot (bench/e2e-workers.gp).
  *
  * The consumer runs with its near cache of DONE messages on, as in production (the default of
  * wxg_consumer_conf_init, docs/guard.md §10): a duplicate whose original this process completed
@@ -56,6 +57,7 @@ typedef struct e2e_opts {
     uint64_t delay_us;
     uint64_t light_rate; /* messages/s of the light-load row */
     int naive;
+    int designs; /* --designs: bit RUN_NATIVE, bit RUN_LUA; 0: the keys' design alone */
     int no_done_cache;
     int fresh_buckets; /* the guard's default geometry: nearly every marker opens a bucket */
     const char *plot;
@@ -66,34 +68,38 @@ typedef struct e2e_opts {
 
 static void e2e_usage(FILE *f)
 {
-    fprintf(f, "usage: wxguard-bench e2e --bootstrap HOST:PORT --redis-port PORT [options]\n"
-               "  --redis-host HOST   default 127.0.0.1\n"
-               "  --messages N        records per run (default 20000)\n"
-               "  --size BYTES        content size per record (default 200)\n"
-               "  --dup RATIO         share of duplicates, 0..0.9 (default 0.3)\n"
-               "  --workers LIST      worker counts, e.g. 1,4,8,16 (default)\n"
-               "  --partitions N      topic partitions (default 6)\n"
-               "  --batch N           guard batch size (default 64)\n"
-               "  --delay-us N        longest batch wait (default 1000)\n"
-               "  --light-rate N      messages/s of the light-load latency rows (default 200;\n"
-               "                      1000 messages fed while the consumer runs, 4 workers,\n"
-               "                      batching on and off)\n"
-               "  --naive             also run the naive guard design on the same topics\n"
-               "  --no-done-cache     run the consumer without its near cache of DONE messages\n"
-               "                      (on by default, as in production)\n"
-               "  --fresh-buckets     keep the guard's default DONE-bucket geometry, sized for\n"
-               "                      1,000 messages/s over 7 days: a short run then opens a new\n"
-               "                      bucket for nearly every marker (the first hours of a time\n"
-               "                      bucket); by default the buckets are sized so that this\n"
-               "                      run's messages fill them as a time bucket is filled in\n"
-               "                      steady state\n"
-               "  --plot FILE         write 'workers wxguard-msg/s naive-msg/s' lines to FILE\n"
-               "  --broker-pid PID    the local Kafka broker's process id: adds the CPU it spent\n"
-               "                      per message while the consumer ran\n"
-               "  --set KEY=VALUE     any key of wxguard-consumer (docs/configuration.md), mapped\n"
-               "                      as the consumer maps it; wins over the options above\n"
-               "                      (redis.key.prefix, consumer.topics and kafka.group.id are\n"
-               "                      the run's own)\n");
+    fprintf(f,
+            "usage: wxguard-bench e2e --bootstrap HOST:PORT --redis-port PORT [options]\n"
+            "  --redis-host HOST   default 127.0.0.1\n"
+            "  --messages N        records per run (default 20000)\n"
+            "  --size BYTES        content size per record (default 200)\n"
+            "  --dup RATIO         share of duplicates, 0..0.9 (default 0.3)\n"
+            "  --workers LIST      worker counts, e.g. 1,4,8,16 (default)\n"
+            "  --partitions N      topic partitions (default 6)\n"
+            "  --batch N           guard batch size (default 64)\n"
+            "  --delay-us N        longest batch wait (default 1000)\n"
+            "  --light-rate N      messages/s of the light-load latency rows (default 200;\n"
+            "                      1000 messages fed while the consumer runs, 4 workers,\n"
+            "                      batching on and off)\n"
+            "  --naive             also run the naive guard design on the same topics\n"
+            "  --designs LIST      native, lua or both (native,lua): the guard designs run on\n"
+            "                      each topic, one after the other (default: guard.design)\n"
+            "  --no-done-cache     run the consumer without its near cache of DONE messages\n"
+            "                      (on by default, as in production)\n"
+            "  --fresh-buckets     keep the guard's default DONE-bucket geometry, sized for\n"
+            "                      1,000 messages/s over 7 days: a short run then opens a new\n"
+            "                      bucket for nearly every marker (the first hours of a time\n"
+            "                      bucket); by default the buckets are sized so that this\n"
+            "                      run's messages fill them as a time bucket is filled in\n"
+            "                      steady state\n"
+            "  --plot FILE         write 'workers msg/s...' lines to FILE, one column per design\n"
+            "                      run (named in its first line)\n"
+            "  --broker-pid PID    the local Kafka broker's process id: adds the CPU it spent\n"
+            "                      per message while the consumer ran\n"
+            "  --set KEY=VALUE     any key of wxguard-consumer (docs/configuration.md), mapped\n"
+            "                      as the consumer maps it; wins over the options above\n"
+            "                      (redis.key.prefix, consumer.topics and kafka.group.id are\n"
+            "                      the run's own)\n");
 }
 
 /* Reads every record with a plain consumer; returns messages/s from first to last record. */
@@ -202,8 +208,6 @@ static long long drop_prefix(redisContext *r, const char *prefix)
     return dropped;
 }
 
-/* One consumer run over `topic` (naive: on the naive guard). With light_rate, the records are
- * produced while it runs; otherwise they are already in the topic. */
 /* CPU seconds this process has used, all threads. While consume() waits, the consumer is the
  * only thing running in it (the sampling loop sleeps 5 ms between looks), so the difference
  * over a run is the replica's CPU. */
@@ -223,9 +227,16 @@ static double proc_cpu_s(long pid)
     return pid > 0 && wxg_process_stats(pid, &ps) == 0 ? ps.cpu_seconds : -1;
 }
 
+/* The guard design of a run: the one the keys name (guard.design), the naive one, or a design
+ * chosen by --designs. */
+enum { RUN_KEYS, RUN_NAIVE, RUN_NATIVE, RUN_LUA };
+
+/* One consumer run over `topic` with the guard design `design` (RUN_*). With light_rate, the
+ * records are produced while it runs; otherwise they are already in the topic. */
 static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, int workers,
-                       int naive, uint64_t batch, uint64_t light_rate, const wxgb_rec_t *recs)
+                       int design, uint64_t batch, uint64_t light_rate, const wxgb_rec_t *recs)
 {
+    int naive = design == RUN_NAIVE;
     e2e_row row = {0};
     char group[200], dlqt[220], err[512], prefix[64];
     snprintf(group, sizeof group, "%s-%s", topic, tag);
@@ -257,6 +268,8 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     wxgb_conf_guard(conf, &gc, mapped_prefix, sizeof mapped_prefix);
     /* What has no key: the naive design, and the bucket sizing of a compressed run. */
     gc.naive = naive;
+    if (design == RUN_NATIVE || design == RUN_LUA)
+        gc.design = design == RUN_NATIVE ? WXG_GUARD_DESIGN_NATIVE : WXG_GUARD_DESIGN_LUA;
     if (!o->fresh_buckets && !naive) {
         /* As wxguard-bench guard does: a run compresses a time bucket's worth of markers into
          * seconds, so the buckets are sized for the density a time bucket has in steady state
@@ -427,8 +440,8 @@ static int light_rows(e2e_opts *o, int run)
         double plain = 0;
         r[k] = (e2e_row){0};
         if (prepare(o, run + k, o->light_rate, topic, sizeof topic, &plain, &recs) == 0)
-            r[k] = consume(o, topic, k ? "light-nobatch" : "light", 4, 0, batches[k], o->light_rate,
-                           recs);
+            r[k] = consume(o, topic, k ? "light-nobatch" : "light", 4, RUN_KEYS, batches[k],
+                           o->light_rate, recs);
         free(recs);
     }
     o->messages = heavy;
@@ -479,6 +492,7 @@ int wxgb_e2e_main(int argc, char **argv)
                                        {"delay-us", required_argument, NULL, 'D'},
                                        {"light-rate", required_argument, NULL, 'L'},
                                        {"naive", no_argument, NULL, 'N'},
+                                       {"designs", required_argument, NULL, 'E'},
                                        {"no-done-cache", no_argument, NULL, 'C'},
                                        {"fresh-buckets", no_argument, NULL, 'F'},
                                        {"plot", required_argument, NULL, 'G'},
@@ -539,6 +553,18 @@ int wxgb_e2e_main(int argc, char **argv)
         case 'N':
             o.naive = 1;
             break;
+        case 'E':
+            for (const char *q = optarg; *q;) {
+                size_t n = strcspn(q, ",");
+                if (n == 6 && strncmp(q, "native", 6) == 0)
+                    o.designs |= 1 << RUN_NATIVE;
+                else if (n == 3 && strncmp(q, "lua", 3) == 0)
+                    o.designs |= 1 << RUN_LUA;
+                else
+                    goto usage;
+                q += n + (q[n] == ',');
+            }
+            break;
         case 'C':
             o.no_done_cache = 1;
             break;
@@ -584,26 +610,43 @@ int wxgb_e2e_main(int argc, char **argv)
         fprintf(stderr, "e2e: cannot write %s\n", o.plot);
         return 1;
     }
-    if (plot)
-        fprintf(plot, "# workers wxguard-msg/s naive-msg/s (0: not run)\n");
+    /* The designs of each worker count, in this order, on the same topic. */
+    int runs[3], nruns = 0;
+    if (o.designs & 1 << RUN_NATIVE)
+        runs[nruns++] = RUN_NATIVE;
+    if (o.designs & 1 << RUN_LUA)
+        runs[nruns++] = RUN_LUA;
+    if (nruns == 0)
+        runs[nruns++] = RUN_KEYS;
+    if (o.naive)
+        runs[nruns++] = RUN_NAIVE;
+    static const char *const run_name[] = {"wxguard", "naive", "native", "lua"};
+    if (plot) {
+        fprintf(plot, "# workers");
+        for (int k = 0; k < nruns; k++)
+            fprintf(plot, " %s-msg/s", run_name[runs[k]]);
+        fprintf(plot, " (0: failed)\n");
+    }
     int failures = 0;
     for (int i = 0; i < o.nworkers; i++) {
         char topic[128];
         double plain = 0;
-        e2e_row real = {0}, naive = {0};
+        e2e_row rows[3] = {{0}};
         if (prepare(&o, i, 0, topic, sizeof topic, &plain, NULL) == 0) {
-            real = consume(&o, topic, "real", o.workers[i], 0, o.batch, 0, NULL);
-            if (o.naive)
-                naive = consume(&o, topic, "naive", o.workers[i], 1, 1, 0, NULL);
+            for (int k = 0; k < nruns; k++)
+                rows[k] = consume(&o, topic, run_name[runs[k]], o.workers[i], runs[k],
+                                  runs[k] == RUN_NAIVE ? 1 : o.batch, 0, NULL);
         }
-        print_row("wxguard", o.workers[i], &real, plain);
-        failures += !real.ok;
-        if (o.naive) {
-            print_row("naive", o.workers[i], &naive, plain);
-            failures += !naive.ok;
+        for (int k = 0; k < nruns; k++) {
+            print_row(run_name[runs[k]], o.workers[i], &rows[k], plain);
+            failures += !rows[k].ok;
         }
-        if (plot)
-            fprintf(plot, "%d %.0f %.0f\n", o.workers[i], real.rate, naive.rate);
+        if (plot) {
+            fprintf(plot, "%d", o.workers[i]);
+            for (int k = 0; k < nruns; k++)
+                fprintf(plot, " %.0f", rows[k].rate);
+            fprintf(plot, "\n");
+        }
     }
     if (plot)
         fclose(plot);
