@@ -244,9 +244,12 @@ static void a_rebalance_storm_loses_nothing_repeats_nothing_and_commits_safely(v
     print_message("%ld s: %zu records, %zu unique; %u storm steps (%u joins, %u leaves); "
                   "assignments %d, revokes %d, pauses %d\n",
                   seconds, total, unique, steps, joins, leaves, assigned, revoked, pauses);
-    /* The storm really happened. */
+    /* The storm really happened: replicas came and went, and the group rebalanced again and
+     * again. Not one assignment per step: under a sanitizer a rebalance can outlast a step, and
+     * the group then settles several steps in one (an ASan run saw 17 steps, 10 assignments, 7
+     * revokes). */
     assert_true(joins >= 2 && leaves >= 2);
-    assert_true(assigned >= (int)steps);
+    assert_true(assigned >= 4 && revoked >= 2);
     wxg_ct_free_offsets(&t, offset_ids);
     wxg_ct_teardown(&t);
 }
