@@ -222,7 +222,7 @@ typedef struct wxg__guard_redis {
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
     /* The selector bits of recent time buckets (adaptive layout, lib/guard_geom.c); sel 0:
-     * an empty slot. */
+     * an empty slot; negative: a time bucket that ended without a stamp. */
     struct {
         int64_t tb;
         int sel;

@@ -35,19 +35,22 @@
 
 #define SAMPLE 64
 
-/* The handle's remembered selector bits of recent time buckets. */
-static int cache_get(const wxg__guard_redis_t *rg, int64_t tb, int *sel)
+/* The handle's remembered selector bits of recent time buckets: 1 with *sel (and *stamped: 0
+ * for a time bucket that ended without a stamp, read with the first time bucket's bits), or 0. */
+static int cache_get(const wxg__guard_redis_t *rg, int64_t tb, int *sel, int *stamped)
 {
     for (int i = 0; i < WXG__GEOM_CACHE; i++) {
-        if (rg->gcache[i].sel > 0 && rg->gcache[i].tb == tb) {
-            *sel = rg->gcache[i].sel;
+        if (rg->gcache[i].sel != 0 && rg->gcache[i].tb == tb) {
+            *sel = abs(rg->gcache[i].sel);
+            *stamped = rg->gcache[i].sel > 0;
             return 1;
         }
     }
     return 0;
 }
 
-static void cache_put(wxg__guard_redis_t *rg, int64_t tb, int sel)
+/* Remembers sel for tb; stamped 0 stores it negated. */
+static void cache_put(wxg__guard_redis_t *rg, int64_t tb, int sel, int stamped)
 {
     int slot = 0;
     for (int i = 1; i < WXG__GEOM_CACHE; i++) {
@@ -57,7 +60,7 @@ static void cache_put(wxg__guard_redis_t *rg, int64_t tb, int sel)
             break;
     }
     rg->gcache[slot].tb = tb;
-    rg->gcache[slot].sel = sel;
+    rg->gcache[slot].sel = stamped ? sel : -sel;
 }
 
 static void stamp_key(const wxg__guard_redis_t *rg, int64_t tb, char *out, size_t size)
@@ -161,24 +164,28 @@ static int count_markers(wxg__guard_redis_t *rg, int64_t tb, int sel, double *ma
     return rc;
 }
 
-/* The selector bits time bucket tb should have: from the markers of the time bucket before it
- * (its own stamp says how they are laid out), or the first time bucket's when it has none, or
- * the same as before when it holds nothing (an idle week tells nothing about the next). */
+/* The selector bits time bucket tb should have: from the markers of the latest time bucket
+ * before it that has a stamp (normally tb - 1; an older one after time buckets nobody wrote
+ * into, as long as its markers can still live), or the first time bucket's when there is none;
+ * the same as that one's when it holds nothing (an idle week tells nothing about the next). */
 static int decide(wxg__guard_redis_t *rg, int64_t tb, int *sel)
 {
-    int prev = 0;
-    int rc = cache_get(rg, tb - 1, &prev) ? 1 : stamp_read(rg, tb - 1, &prev);
-    if (rc < 0)
-        return rc;
-    if (rc == 0) {
-        *sel = rg->geom.selector_bits;
+    int64_t back = rg->geom.retention_ms / rg->geom.bucket_ms + 1;
+    for (int64_t k = 1; k <= back; k++) {
+        int prev = 0, stamped = 1;
+        int rc = cache_get(rg, tb - k, &prev, &stamped) ? stamped : stamp_read(rg, tb - k, &prev);
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        double markers = 0;
+        rc = count_markers(rg, tb - k, prev, &markers);
+        if (rc)
+            return rc;
+        *sel = markers > 0 ? wxg__guard_sel_for_count(&rg->geom, markers) : prev;
         return 0;
     }
-    double markers = 0;
-    rc = count_markers(rg, tb - 1, prev, &markers);
-    if (rc)
-        return rc;
-    *sel = markers > 0 ? wxg__guard_sel_for_count(&rg->geom, markers) : prev;
+    *sel = rg->geom.selector_bits;
     return 0;
 }
 
@@ -205,7 +212,8 @@ int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
         *sel = rg->geom.selector_bits;
         return 0;
     }
-    if (cache_get(rg, tb, sel))
+    int stamped = 0;
+    if (cache_get(rg, tb, sel, &stamped))
         return 0;
     int rc = wxg__guard_conn_ensure(rg);
     if (rc) {
@@ -220,7 +228,7 @@ int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
         *sel = rg->geom.selector_bits;
         int64_t now = wxg__guard_clock_us(rg) / 1000;
         if ((tb + 1) * rg->geom.bucket_ms + WXG__CLOCK_MARGIN_MS < now)
-            cache_put(rg, tb, *sel);
+            cache_put(rg, tb, *sel, 0);
         return 0;
     }
     if (rc == 0) {
@@ -235,7 +243,7 @@ int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
         wxg__guard_count_error(rg->stats, rc);
         return rc;
     }
-    cache_put(rg, tb, *sel);
+    cache_put(rg, tb, *sel, 1);
     return 0;
 }
 

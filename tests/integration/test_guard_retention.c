@@ -324,10 +324,13 @@ static void the_adaptive_layout_follows_the_rate_and_keeps_older_markers_found(v
     complete_range(g, 1000, 3000);
     assert_int_equal(stamped_sel(raw, prefix, t + 1), 2);
 
-    /* And the one after from those 3,000: 3000 / 64 = 47 buckets, 2^6. */
+    /* Nothing is written in the one after. The next one written is sized from the latest with
+     * a stamp, the 3,000: 3000 / 64 = 47 buckets, 2^6 (not the first time bucket's size). */
     assert_int_equal(next_time_bucket(raw, w), t + 2);
+    assert_int_equal(next_time_bucket(raw, w), t + 3);
     complete_range(g, 10000, 1);
-    assert_int_equal(stamped_sel(raw, prefix, t + 2), 6);
+    assert_int_equal(stamped_sel(raw, prefix, t + 2), 0);
+    assert_int_equal(stamped_sel(raw, prefix, t + 3), 6);
 
     /* Every marker is still found, each in the bucket its time bucket's layout gives it, by a
      * second handle that knows the layouts only from their stamps. */
@@ -335,7 +338,7 @@ static void the_adaptive_layout_follows_the_rate_and_keeps_older_markers_found(v
     static const struct {
         int from, n, sel;
         int64_t dt;
-    } phase[] = {{0, 200, 0, 0}, {1000, 3000, 2, 1}, {10000, 1, 6, 2}};
+    } phase[] = {{0, 200, 0, 0}, {1000, 3000, 2, 1}, {10000, 1, 6, 3}};
     for (size_t p = 0; p < sizeof phase / sizeof phase[0]; p++) {
         int sel = phase[p].sel ? phase[p].sel : first_sel;
         for (int i = phase[p].from; i < phase[p].from + phase[p].n; i += 37) {
