@@ -1507,6 +1507,35 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
 
 /* ---- life cycle ---- */
 
+/* The workers' Redis Cluster counters (0 outside cluster mode). 0, or -1 as below. */
+static int metrics_cluster(wxg__pl_metrics_t *pm, wxg_metrics_t *r)
+{
+    static const char *const redirects = "Redis Cluster redirections the workers' guard calls "
+                                         "followed, by type (MOVED, ASK).";
+    static const char *const retries = "Commands a Redis Cluster node refused for now and the "
+                                       "guard sent again after a pause, by reason.";
+    pm->cluster[WXG__PL_CL_MOVED] = wxg_metrics_counter(r, "wxg_guard_cluster_redirects_total",
+                                                        redirects, "type", "moved", NULL);
+    pm->cluster[WXG__PL_CL_ASK] =
+        wxg_metrics_counter(r, "wxg_guard_cluster_redirects_total", redirects, "type", "ask", NULL);
+    pm->cluster[WXG__PL_CL_TRYAGAIN] = wxg_metrics_counter(r, "wxg_guard_cluster_retries_total",
+                                                           retries, "reason", "tryagain", NULL);
+    pm->cluster[WXG__PL_CL_CLUSTERDOWN] = wxg_metrics_counter(
+        r, "wxg_guard_cluster_retries_total", retries, "reason", "clusterdown", NULL);
+    pm->cluster[WXG__PL_CL_REFRESHES] =
+        wxg_metrics_counter(r, "wxg_guard_cluster_map_refreshes_total",
+                            "Slot maps the workers' guard handles read from the cluster.", NULL);
+    pm->cluster[WXG__PL_CL_NODE_ERRORS] = wxg_metrics_counter(
+        r, "wxg_guard_cluster_node_errors_total",
+        "Connections of the workers' guard handles to cluster nodes that failed or could not be "
+        "made.",
+        NULL);
+    for (int i = 0; i < WXG__PL_CL_N; i++)
+        if (!pm->cluster[i])
+            return -1;
+    return 0;
+}
+
 /* The counters of docs/metrics.md, the pipeline's among them. 0, or -1 when one could not be
  * registered. */
 static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
@@ -1557,6 +1586,8 @@ static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
                                      "type", "revoke", NULL);
     m->revoke_timeouts = wxg_metrics_counter(r, "wxg_revoke_timeouts_total",
                                              "Revokes whose drain ran out of budget.", NULL);
+    if (metrics_cluster(&m->pl, r) != 0)
+        return -1;
     return m->records && m->decode_errors && m->pl.mismatches && m->pl.processed && m->pl.retries &&
                    m->pl.dlq_writes && m->pl.dlq_errors && m->pl.lease_lost && m->commits &&
                    m->commit_failures && m->assigns && m->revokes && m->revoke_timeouts
@@ -2099,6 +2130,12 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->latency_p50_us = latency_quantile(c, 0.50);
     out->latency_p99_us = latency_quantile(c, 0.99);
     out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
+    out->cluster_moved = wxg_counter_value(m->pl.cluster[WXG__PL_CL_MOVED]);
+    out->cluster_ask = wxg_counter_value(m->pl.cluster[WXG__PL_CL_ASK]);
+    out->cluster_tryagain = wxg_counter_value(m->pl.cluster[WXG__PL_CL_TRYAGAIN]);
+    out->cluster_clusterdown = wxg_counter_value(m->pl.cluster[WXG__PL_CL_CLUSTERDOWN]);
+    out->cluster_refreshes = wxg_counter_value(m->pl.cluster[WXG__PL_CL_REFRESHES]);
+    out->cluster_node_errors = wxg_counter_value(m->pl.cluster[WXG__PL_CL_NODE_ERRORS]);
 }
 
 void wxg_consumer_destroy(wxg_consumer_t *c)

@@ -67,8 +67,9 @@ struct wxg__pl_worker {
     size_t nplugins;
     unsigned seed;
     uint64_t round_trips_seen;
-    int fatal;    /* the first fatal error of the current run */
-    int64_t *out; /* the current run's results */
+    uint64_t cluster_seen[WXG__PL_CL_N]; /* the guard's cluster counters already counted */
+    int fatal;                           /* the first fatal error of the current run */
+    int64_t *out;                        /* the current run's results */
     /* Scratch of batch_max entries each: the items of each stage, and the guard call's
      * arguments and results. */
     wxg__pl_item_t **claimv, **chainv, **completev, **retryv, **dlqv, **failv, **donev;
@@ -555,6 +556,23 @@ static void stage_fail_mark(wxg__pl_worker_t *w)
     }
 }
 
+/* Adds what the handle counted since the last run to the health figures and the metrics. */
+static void count_guard_stats(wxg__pl_worker_t *w)
+{
+    wxg_guard_stats_t gs;
+    wxg_guard_get_stats(w->g, &gs);
+    atomic_fetch_add(&w->conf->health->round_trips, gs.round_trips - w->round_trips_seen);
+    w->round_trips_seen = gs.round_trips;
+    const uint64_t cl[WXG__PL_CL_N] = {gs.cluster_moved,     gs.cluster_ask,
+                                       gs.cluster_tryagain,  gs.cluster_clusterdown,
+                                       gs.cluster_refreshes, gs.cluster_node_errors};
+    for (int i = 0; i < WXG__PL_CL_N; i++) {
+        if (cl[i] != w->cluster_seen[i])
+            wxg_counter_add(w->m->cluster[i], cl[i] - w->cluster_seen[i]);
+        w->cluster_seen[i] = cl[i];
+    }
+}
+
 int wxg__pipeline_run(wxg__pl_worker_t *w, void *const *items, size_t n, int64_t *out)
 {
     w->out = out;
@@ -567,10 +585,7 @@ int wxg__pipeline_run(wxg__pl_worker_t *w, void *const *items, size_t n, int64_t
     stage_dead_letter(w);
     stage_fail_mark(w);
 
-    wxg_guard_stats_t gs;
-    wxg_guard_get_stats(w->g, &gs);
-    atomic_fetch_add(&w->conf->health->round_trips, gs.round_trips - w->round_trips_seen);
-    w->round_trips_seen = gs.round_trips;
+    count_guard_stats(w);
     return w->fatal;
 }
 

@@ -51,6 +51,18 @@ enum {
 enum { WXG__PL_CLAIMED = 0, WXG__PL_DUPLICATE, WXG__PL_BUSY, WXG__PL_CLAIM_N };
 /* Plugin results, for wxg_plugin_results_total{result}: index plugin * WXG__PL_RESULT_N + r. */
 enum { WXG__PL_OK = 0, WXG__PL_RETRY, WXG__PL_FAIL, WXG__PL_RESULT_N };
+/* The guard's Redis Cluster counters (wxg_guard_stats_t.cluster_*), in that order, for
+ * wxg_guard_cluster_redirects_total{type}, wxg_guard_cluster_retries_total{reason},
+ * wxg_guard_cluster_map_refreshes_total and wxg_guard_cluster_node_errors_total. */
+enum {
+    WXG__PL_CL_MOVED = 0,
+    WXG__PL_CL_ASK,
+    WXG__PL_CL_TRYAGAIN,
+    WXG__PL_CL_CLUSTERDOWN,
+    WXG__PL_CL_REFRESHES,
+    WXG__PL_CL_NODE_ERRORS,
+    WXG__PL_CL_N
+};
 
 typedef struct wxg__pl_record wxg__pl_record_t;
 
@@ -111,8 +123,9 @@ typedef struct wxg__pl_metrics {
     wxg_metric_t *guard_errors[WXG__PL_OP_N];
     wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost;
     wxg_metric_t *claim_seconds;
-    wxg_metric_t **plugin_results; /* nplugins * WXG__PL_RESULT_N */
-    wxg_metric_t **plugin_seconds; /* nplugins */
+    wxg_metric_t **plugin_results;       /* nplugins * WXG__PL_RESULT_N */
+    wxg_metric_t **plugin_seconds;       /* nplugins */
+    wxg_metric_t *cluster[WXG__PL_CL_N]; /* what the workers' guard handles saw of a cluster */
 } wxg__pl_metrics_t;
 
 /* What the workers tell the caller about Redis, for readiness (written by every worker). */
