@@ -276,6 +276,7 @@ struct wxg_consumer_s {
     int redis_down_logged;    /* check_redis() logged an outage not yet over (poll thread) */
     pthread_mutex_t ready_mu; /* stall_reason */
     int ready_mu_init;
+    int health_init; /* health.err_mu made */
     char stall_reason[256];
     /* Dispatch-to-finished latency: bucket i counts records that took about 2^(i/4) us. */
     atomic_uint_fast64_t latency[LAT_BUCKETS];
@@ -1372,6 +1373,15 @@ static int redis_down(wxg_consumer_t *c, int *probe)
     return 0;
 }
 
+/* The guard's text for the failure redis_down() reported (it names the node in cluster mode). */
+static void redis_down_text(wxg_consumer_t *c, int probe, char *buf, size_t size)
+{
+    if (probe)
+        wxg_guard_watchdog_last_error(c->wd, buf, size);
+    else
+        wxg__pipeline_health_error(&c->health, buf, size);
+}
+
 /* Keeps wxg_redis_reachable current and logs each change, so that an outage seen only by the
  * probe of an idle replica leaves a trace too (poll thread). A fatal error seen by the watchdog
  * (its reconnect found the layout stamp changed, or its credentials refused) stops the consumer
@@ -1383,10 +1393,12 @@ static void check_redis(wxg_consumer_t *c)
         wxg_log(WXG_LOG_ERROR, "pipeline_fatal", WXG_LS("op", "watchdog"), WXG_LERR(down),
                 WXG_LS("class", wxg_err_class_name(WXG_CLASS_FATAL)),
                 WXG_LS("reason", wxg_strerror(down)));
-    if (down && !c->redis_down_logged)
+    if (down && !c->redis_down_logged) {
+        char why[256];
+        redis_down_text(c, probe, why, sizeof why);
         wxg_log(WXG_LOG_WARN, "redis_unreachable", WXG_LS("error", wxg_strerror(down)),
-                WXG_LS("seen_by", probe ? "watchdog" : "worker"));
-    else if (!down && c->redis_down_logged)
+                WXG_LS("seen_by", probe ? "watchdog" : "worker"), WXG_LS("reason", why));
+    } else if (!down && c->redis_down_logged)
         wxg_log(WXG_LOG_INFO, "redis_reachable");
     c->redis_down_logged = down != 0;
     wxg_gauge_set(c->m.redis_up, down ? 0 : 1);
@@ -1493,8 +1505,11 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
     }
     int probe = 0, down = redis_down(c, &probe);
     if (down) {
-        snprintf(reason, reason_size, "redis: the latest %s failed (%s)",
-                 probe ? "probe or lease renewal" : "guard call", wxg_strerror(down));
+        char why[256];
+        redis_down_text(c, probe, why, sizeof why);
+        snprintf(reason, reason_size, "redis: the latest %s failed (%s%s%s)",
+                 probe ? "probe or lease renewal" : "guard call", wxg_strerror(down),
+                 why[0] ? ": " : "", why);
         return 0;
     }
     size_t n = (size_t)wxg_gauge_value(c->m.assigned);
@@ -1756,6 +1771,9 @@ static int make_locks(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     if (pthread_mutex_init(&c->ready_mu, NULL) != 0)
         goto fail_mutex;
     c->ready_mu_init = 1;
+    if (wxg__pipeline_health_init(&c->health) != 0)
+        goto fail_mutex;
+    c->health_init = 1;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
         goto fail_cond;
@@ -2174,6 +2192,8 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
     wxg_metrics_free(c->m.own);
     if (c->ready_mu_init)
         pthread_mutex_destroy(&c->ready_mu);
+    if (c->health_init)
+        wxg__pipeline_health_destroy(&c->health);
     if (c->room_ready) {
         pthread_mutex_destroy(&c->room_mu);
         pthread_cond_destroy(&c->room_cv);

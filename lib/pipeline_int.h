@@ -26,6 +26,7 @@
 #ifndef WXG_PIPELINE_INT_H
 #define WXG_PIPELINE_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -134,7 +135,19 @@ typedef struct wxg__pl_health {
     atomic_int_fast64_t err_ms;       /* ... and of the latest that failed as a whole */
     atomic_int err;                   /* the WXG_E* code of that failure */
     atomic_uint_fast64_t round_trips; /* guard round trips, over every worker */
+    /* The guard's text for that failure (wxg_guard_last_error(); in cluster mode it names the
+     * node), under err_mu: written only when a call fails. */
+    pthread_mutex_t err_mu;
+    char err_text[256];
 } wxg__pl_health_t;
+
+/* Initialises the mutex of a zeroed health record; 0 or -1. Destroy with
+ * wxg__pipeline_health_destroy(). */
+int wxg__pipeline_health_init(wxg__pl_health_t *h);
+void wxg__pipeline_health_destroy(wxg__pl_health_t *h);
+
+/* Copies the text of the workers' latest failed guard call into buf ("" when none). */
+void wxg__pipeline_health_error(wxg__pl_health_t *h, char *buf, size_t size);
 
 /* Writes one dead letter and returns 0 once it is durable, else a negative WXG_E* code with
  * errstr filled. Called on a worker thread; may block for the write. */

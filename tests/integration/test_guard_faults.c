@@ -350,6 +350,9 @@ static void an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end(void
     assert_int_equal(wxg_guard_watchdog_health(wd, &created, &bad), 0);
     assert_true(created > 0);
     assert_int_equal(bad, 0);
+    char why[256] = "x";
+    wxg_guard_watchdog_last_error(wd, why, sizeof why);
+    assert_string_equal(why, "");
 
     /* Off by default: nothing is sent while nothing is renewed. */
     long long pings = pings_answered(f->redis.port);
@@ -367,6 +370,9 @@ static void an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end(void
     assert_true(wait_health(wd, failed_after, up_until));
     int code = wxg_guard_watchdog_health(wd, NULL, &bad);
     assert_true(code == WXG_ECONN || code == WXG_ETIMEDOUT);
+    /* With the handle's own words for it. */
+    wxg_guard_watchdog_last_error(wd, why, sizeof why);
+    assert_true(strlen(why) > 0);
     /* Still down a while later: the failure is refreshed, not answered by a stale success. */
     wxg_test_sleep_ms(300);
     int64_t bad_later = 0;
