@@ -289,7 +289,7 @@ static void an_unreachable_primary_turns_readyz_false_naming_it_until_it_returns
     assert_non_null(strstr(body, "redis: "));
     assert_non_null(strstr(body, node));
     free(body);
-    assert_int_equal(wxg_test_metric_scrape(port, "wxg_redis_reachable"), 0);
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 0, 5000));
 
     /* Messages keep coming; the ones the node's shards hold (and, once the cluster marks it
      * failed, all of them) wait, and nothing is committed past them. */
@@ -308,7 +308,7 @@ static void an_unreachable_primary_turns_readyz_false_naming_it_until_it_returns
     assert_true(wxg_ct_wait_all_committed(&t, 60000, check_invariant));
     check_invariant(&t);
     wxg_ct_assert_each_once(&t, ID_BASE, FIRST + LATER);
-    assert_int_equal(wxg_test_metric_scrape(port, "wxg_redis_reachable"), 1);
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 1, 5000));
     double node_errors = wxg_test_metric_scrape(port, "wxg_guard_cluster_node_errors_total");
     printf("node errors %.0f\n", node_errors);
     assert_true(node_errors > 0);

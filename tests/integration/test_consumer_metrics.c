@@ -241,23 +241,6 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
     wxg_ct_teardown(&t);
 }
 
-/* Scrapes /metrics until `series` equals `want`, for at most timeout_ms (scaled). */
-static int wait_sample_is(int port, const char *series, double want, int64_t timeout_ms)
-{
-    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
-    for (;;) {
-        char *b = NULL;
-        double v =
-            wxg_test_http_get(port, "/metrics", &b) == 200 ? wxg_test_metric_sample(b, series) : -1;
-        free(b);
-        if (v == want)
-            return 1;
-        if (wxg_test_now_ms() >= deadline)
-            return 0;
-        wxg_test_sleep_ms(100);
-    }
-}
-
 static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **state)
 {
     (void)state;
@@ -278,7 +261,7 @@ static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **stat
     wxg_ct_write_config(&t, extra);
     wxg_ct_spawn(&t, 0);
     assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 30000, NULL));
-    assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 2000));
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 1, 2000));
     char *metrics = NULL;
     assert_int_equal(wxg_test_http_get(port, "/metrics", &metrics), 200);
     assert_true(wxg_test_metric_sample(metrics, "process_resident_memory_bytes") > 0);
@@ -291,14 +274,14 @@ static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **stat
     assert_true(wxg_test_http_wait_status(port, "/readyz", 503, 10000, &body));
     assert_non_null(strstr(body, "redis: the latest probe or lease renewal failed"));
     free(body);
-    assert_true(wait_sample_is(port, "wxg_redis_reachable", 0, 5000));
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 0, 5000));
     /* It stays unready while Redis stays away: each probe refreshes the failure. */
     wxg_test_sleep_ms(1000);
     assert_int_equal(wxg_test_http_get(port, "/readyz", NULL), 503);
 
     assert_int_equal(wxg_test_redis_restart(&redis), 0);
     assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 15000, NULL));
-    assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 5000));
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 1, 5000));
 
     /* And it works: a message produced now is processed. */
     wxg_ct_msg_t m = {.partition = 0, .id = ID_BASE + 900, .conv = 1};

@@ -245,3 +245,15 @@ double wxg_test_metric_scrape(int port, const char *series)
     free(b);
     return v;
 }
+
+int wxg_test_metric_wait(int port, const char *series, double want, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (;;) {
+        if (wxg_test_metric_scrape(port, series) == want)
+            return 1;
+        if (wxg_test_now_ms() >= deadline)
+            return 0;
+        wxg_test_sleep_ms(100);
+    }
+}

@@ -57,4 +57,8 @@ double wxg_test_metric_sample(const char *body, const char *series);
  * did not answer 200. */
 double wxg_test_metric_scrape(int port, const char *series);
 
+/* Scrapes /metrics on port until `series` equals `want`, for at most timeout_ms (scaled).
+ * Returns 1 when it did, 0 otherwise. */
+int wxg_test_metric_wait(int port, const char *series, double want, int64_t timeout_ms);
+
 #endif /* WXG_TESTHTTP_H */
