@@ -9,6 +9,8 @@
 #                                   (host:port,...) and DIR/pids
 #   bench/cluster.sh stop DIR       stops the nodes DIR/pids names (SIGTERM, then SIGKILL after
 #                                   10 s), each only if it is still the redis-server started here
+#   bench/cluster.sh single DIR     starts one plain redis-server (not a cluster) under DIR,
+#                                   prints its port; stop it with `stop DIR`
 #   bench/cluster.sh port           prints a loopback port nothing listens on now
 #
 # Every wait is bounded. Nothing else is touched: the nodes are found by the PIDs recorded.
@@ -42,6 +44,34 @@ wait_ok() {
   die "node $port is not ok after 30 s"
 }
 
+# Starts one redis-server under DIR on a free port (cluster mode when $2 is yes), appends
+# "pid port" to DIR/pids and prints the port. A port found free may be taken before the server
+# binds it: then another one, five times at most.
+node_up() {
+  local dir=$1 cluster=$2 port pid
+  for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    mkdir -p "$dir/node-$port"
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/node-$port" --save '' \
+      --appendonly no --cluster-enabled "$cluster" --cluster-config-file nodes.conf \
+      --logfile "$dir/node-$port/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do
+      redis-cli -p "$port" ping >/dev/null 2>&1 && break
+      [[ -d /proc/$pid ]] || break
+      sleep 0.1
+    done
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+      echo "$pid $port" >>"$dir/pids"
+      echo "$port"
+      return 0
+    fi
+    kill "$pid" 2>/dev/null || true
+    rm -rf "$dir/node-$port"
+  done
+  die "cannot start a node (five ports tried)"
+}
+
 start() {
   local dir=$1 n=$2 i port first=""
   [[ $n =~ ^[1-9][0-9]?$ ]] || die "N must be 1..99"
@@ -49,20 +79,8 @@ start() {
   : >"$dir/pids"
   local ports=()
   for i in $(seq 0 $((n - 1))); do
-    port=$(free_port)
-    mkdir -p "$dir/node-$port"
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/node-$port" --save '' \
-      --appendonly no --cluster-enabled yes --cluster-config-file nodes.conf \
-      --logfile "$dir/node-$port/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
-    echo "$! $port" >>"$dir/pids"
+    port=$(node_up "$dir" yes)
     ports+=("$port")
-  done
-  for port in "${ports[@]}"; do
-    for i in $(seq 1 100); do
-      redis-cli -p "$port" ping >/dev/null 2>&1 && break
-      sleep 0.1
-    done
-    redis-cli -p "$port" ping >/dev/null 2>&1 || die "node $port did not start"
   done
   for i in $(seq 0 $((n - 1))); do
     local lo=$((i * 16384 / n)) hi=$(((i + 1) * 16384 / n - 1))
@@ -102,6 +120,11 @@ stop() {
 case ${1:-} in
 start) start "${2:?DIR}" "${3:?N}" ;;
 stop) stop "${2:?DIR}" ;;
+single)
+  mkdir -p "${2:?DIR}"
+  : >"$2/pids"
+  node_up "$2" no
+  ;;
 port) free_port ;;
-*) die "usage: cluster.sh start DIR N | stop DIR | port" ;;
+*) die "usage: cluster.sh start DIR N | single DIR | stop DIR | port" ;;
 esac

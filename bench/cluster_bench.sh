@@ -5,7 +5,8 @@
 # (processes) on a 12-partition topic against the 3-primary cluster.
 #
 #   bench/cluster_bench.sh --bootstrap HOST:PORT [--broker-pid PID] [--rounds N]
-#       [--guard-messages N] [--e2e-messages N] [--replica-messages N] [--only guard|e2e|replicas]
+#       [--guard-messages N] [--e2e-messages N] [--replica-messages N] [--primaries "1 2 3"]
+#       [--no-single] [--only guard|e2e|replicas]
 #
 # A Kafka broker must be running (scripts/services.sh start DIR --only kafka gives one; its
 # services.env names WXG_TEST_KAFKA_BOOTSTRAP and WXG_SERVICES_KAFKA_PID). The Redis servers
@@ -17,7 +18,7 @@ build=${WXG_BUILD_DIR:-$here/../build}
 bench=$build/cmd/wxguard-bench/wxguard-bench
 
 bootstrap="" broker_pid="" rounds=2 guard_messages=40000 e2e_messages=100000
-replica_messages=200000 only=""
+replica_messages=200000 only="" primaries="1 2 3" single=1
 while [[ $# -gt 0 ]]; do
   case $1 in
   --bootstrap) bootstrap=$2; shift ;;
@@ -27,6 +28,8 @@ while [[ $# -gt 0 ]]; do
   --e2e-messages) e2e_messages=$2; shift ;;
   --replica-messages) replica_messages=$2; shift ;;
   --only) only=$2; shift ;;
+  --primaries) primaries=$2; shift ;;
+  --no-single) single=0 ;;
   *)
     echo "cluster_bench.sh: unknown option $1" >&2
     exit 2
@@ -42,15 +45,13 @@ broker=()
 [[ -n $broker_pid ]] && broker=(--broker-pid "$broker_pid")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wxg-cluster-bench.XXXXXX")
-single_pid=""
 cleanup() {
   local d
-  for d in "$work"/c*; do
-    [[ -d $d ]] && "$here/cluster.sh" stop "$d"
+  for d in "$work"/c* "$work/single"; do
+    if [[ -d $d ]]; then
+      "$here/cluster.sh" stop "$d"
+    fi
   done
-  if [[ -n $single_pid ]]; then
-    kill "$single_pid" 2>/dev/null || true
-  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -60,21 +61,13 @@ want() { [[ -z $only || $only == "$1" ]]; }
 echo "# cluster benchmarks, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(redis-server --version | awk '{ print $3 }')"
 echo
 
-if want guard || want e2e; then
+if [[ $single == 1 ]] && { want guard || want e2e; }; then
   # One plain server, for the reference rows.
-  port=$((20000 + RANDOM % 20000))
-  mkdir -p "$work/single"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$work/single" --save '' --appendonly no \
-    --logfile "$work/single/redis.log" </dev/null >/dev/null 2>&1 &
-  single_pid=$!
-  for _ in $(seq 1 100); do
-    redis-cli -p "$port" ping >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  port=$("$here/cluster.sh" single "$work/single")
   if want guard; then
     echo "## guard, one server (not a cluster)"
     "$bench" guard --port "$port" --design native,lua --threads 4 --messages "$guard_messages" \
-      --rounds "$rounds" --markers 0 --rb-requests 0 | grep '^|'
+      --rounds "$rounds" --markers 0 --rb-requests 0 | grep '^|' || echo "(failed)"
     echo
   fi
   if want e2e; then
@@ -82,19 +75,20 @@ if want guard || want e2e; then
       echo "## e2e, one server (not a cluster), $design"
       "$bench" e2e --bootstrap "$bootstrap" --redis-port "$port" --workers 4 --partitions 12 \
         --messages "$e2e_messages" --light-rate 0 "${broker[@]}" --set "guard.design=$design" \
-        2>"$work/e2e-single-$design.err" | grep '^|' | head -3
+        2>"$work/e2e-single-$design.err" | grep '^|' || echo "(failed: $(tail -1 "$work/e2e-single-$design.err"))"
       grep 'per primary' "$work/e2e-single-$design.err" || true
       echo
     done
   fi
-  kill "$single_pid"
-  single_pid=""
-  for n in 1 2 3; do
+  "$here/cluster.sh" stop "$work/single"
+fi
+if want guard || want e2e; then
+  for n in $primaries; do
     seeds=$("$here/cluster.sh" start "$work/c$n" "$n")
     if want guard; then
       echo "## guard --cluster, $n primaries"
       "$bench" guard --cluster "$seeds" --design native,lua --threads 4 \
-        --messages "$guard_messages" --rounds "$rounds" | grep '^|'
+        --messages "$guard_messages" --rounds "$rounds" | grep '^|' || echo "(failed)"
       echo
     fi
     if want e2e; then
@@ -102,7 +96,8 @@ if want guard || want e2e; then
         echo "## e2e --cluster, $n primaries, $design"
         "$bench" e2e --bootstrap "$bootstrap" --cluster "$seeds" --workers 4 --partitions 12 \
           --messages "$e2e_messages" --light-rate 0 "${broker[@]}" \
-          --set "guard.design=$design" 2>"$work/e2e-$n-$design.err" | grep '^|' | head -3
+          --set "guard.design=$design" 2>"$work/e2e-$n-$design.err" | grep '^|' ||
+          echo "(failed: $(tail -1 "$work/e2e-$n-$design.err"))"
         grep 'per primary' "$work/e2e-$n-$design.err" || true
         echo
       done
@@ -119,7 +114,8 @@ if want replicas; then
     header=--header
     for r in 1 2 3; do
       "$here/cluster_replicas.sh" --bootstrap "$bootstrap" --seeds "$seeds" --replicas "$r" \
-        --messages "$replica_messages" --design "$design" "${broker[@]}" $header
+        --messages "$replica_messages" --design "$design" "${broker[@]}" $header ||
+        echo "| $r | $design | failed |"
       header=""
     done
     echo

@@ -9,7 +9,11 @@
 #
 #   bench/cluster_replicas.sh --bootstrap HOST:PORT --seeds NODES --replicas R
 #       [--messages N] [--partitions P] [--dup RATIO] [--design native|lua] [--workers W]
-#       [--broker-pid PID] [--header]
+#       [--convs C] [--broker-pid PID] [--header]
+#
+# The stream (wxguard-bench feed: wkteam, GeWe and generic callbacks) spreads over C
+# conversations, 5,000 by default: messages of one conversation run in order, one at a time, so
+# a stream of few conversations leaves workers idle and batches small.
 #
 # WXG_BUILD_DIR (default: build/ beside this folder) has wxguard-consumer and wxguard-bench.
 # Every wait is bounded; the replicas are stopped by their PIDs (SIGTERM, then SIGKILL).
@@ -21,7 +25,7 @@ consumer=$build/cmd/wxguard-consumer/wxguard-consumer
 bench=$build/cmd/wxguard-bench/wxguard-bench
 
 bootstrap="" seeds="" replicas=1 messages=200000 partitions=12 dup=0.3 design=native
-workers=4 broker_pid="" header=0
+workers=4 broker_pid="" header=0 convs=5000
 while [[ $# -gt 0 ]]; do
   case $1 in
   --bootstrap) bootstrap=$2; shift ;;
@@ -32,6 +36,7 @@ while [[ $# -gt 0 ]]; do
   --dup) dup=$2; shift ;;
   --design) design=$2; shift ;;
   --workers) workers=$2; shift ;;
+  --convs) convs=$2; shift ;;
   --broker-pid) broker_pid=$2; shift ;;
   --header) header=1 ;;
   *)
@@ -172,7 +177,7 @@ sample s0
 t0=$(date +%s.%N)
 TIMEFORMAT='%U %S'
 feed_cpu=$({ time "$bench" feed --bootstrap "$bootstrap" --topic "$topic" --partitions \
-  "$partitions" --messages "$messages" --dup "$dup" --seed 7 >/dev/null; } 2>&1 | tail -1 |
+  "$partitions" --messages "$messages" --dup "$dup" --seed 7 --convs "$convs" >/dev/null; } 2>&1 | tail -1 |
   awk '{ print $1 + $2 }')
 finished=0
 for _ in $(seq 1 6000); do

@@ -317,6 +317,8 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     cc.dlq = dlq;
     redisContext *admins[E2E_PRIMARIES_MAX];
     int nadmin = admins_connect(o, admins);
+    if (!nadmin)
+        snprintf(err, sizeof err, "cannot connect to Redis");
     wxg_consumer_t *c = dlq && nadmin ? wxg_consumer_new(&cc, err, sizeof err) : NULL;
     if (!c) {
         if (!dlq || !nadmin)
@@ -579,7 +581,9 @@ int wxgb_e2e_main(int argc, char **argv)
             o.delay_us = strtoull(optarg, NULL, 10);
             break;
         case 'L':
-            if (wxgb_parse_u64(optarg, &o.light_rate))
+            if (strcmp(optarg, "0") == 0)
+                o.light_rate = 0; /* no light-load rows */
+            else if (wxgb_parse_u64(optarg, &o.light_rate))
                 goto usage;
             break;
         case 'N':
