@@ -519,6 +519,8 @@ static void a_complete_of_a_forgotten_claim_run_after_its_answer_was_lost_ends_d
     if (f->conf.design == WXG_GUARD_DESIGN_LUA) {
         /* The script refuses a ticket whose state is gone (see the restart test above). */
         assert_int_equal(rc, WXG_ELEASELOST);
+        wxg_guard_claim_clear(&c);
+        wxg_guard_destroy(w);
         return;
     }
     /* The native design writes the marker, as for an empty field. */
