@@ -282,6 +282,7 @@ struct wxg_consumer_s {
     int redis_down_logged;    /* check_redis() logged an outage not yet over (poll thread) */
     pthread_mutex_t ready_mu; /* stall_reason */
     int ready_mu_init;
+    int health_init; /* health.err_mu made */
     char stall_reason[256];
     /* Dispatch-to-finished latency: bucket i counts records that took about 2^(i/4) us. */
     atomic_uint_fast64_t latency[LAT_BUCKETS];
@@ -1379,6 +1380,15 @@ static int redis_down(wxg_consumer_t *c, int *probe)
     return 0;
 }
 
+/* The guard's text for the failure redis_down() reported (it names the node in cluster mode). */
+static void redis_down_text(wxg_consumer_t *c, int probe, char *buf, size_t size)
+{
+    if (probe)
+        wxg_guard_watchdog_last_error(c->wd, buf, size);
+    else
+        wxg__pipeline_health_error(&c->health, buf, size);
+}
+
 /* Keeps wxg_redis_reachable current and logs each change, so that an outage seen only by the
  * probe of an idle replica leaves a trace too (poll thread). A fatal error seen by the watchdog
  * (its reconnect found the layout stamp changed, or its credentials refused) stops the consumer
@@ -1390,10 +1400,12 @@ static void check_redis(wxg_consumer_t *c)
         wxg_log(WXG_LOG_ERROR, "pipeline_fatal", WXG_LS("op", "watchdog"), WXG_LERR(down),
                 WXG_LS("class", wxg_err_class_name(WXG_CLASS_FATAL)),
                 WXG_LS("reason", wxg_strerror(down)));
-    if (down && !c->redis_down_logged)
+    if (down && !c->redis_down_logged) {
+        char why[256];
+        redis_down_text(c, probe, why, sizeof why);
         wxg_log(WXG_LOG_WARN, "redis_unreachable", WXG_LS("error", wxg_strerror(down)),
-                WXG_LS("seen_by", probe ? "watchdog" : "worker"));
-    else if (!down && c->redis_down_logged)
+                WXG_LS("seen_by", probe ? "watchdog" : "worker"), WXG_LS("reason", why));
+    } else if (!down && c->redis_down_logged)
         wxg_log(WXG_LOG_INFO, "redis_reachable");
     c->redis_down_logged = down != 0;
     wxg_gauge_set(c->m.redis_up, down ? 0 : 1);
@@ -1500,8 +1512,11 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
     }
     int probe = 0, down = redis_down(c, &probe);
     if (down) {
-        snprintf(reason, reason_size, "redis: the latest %s failed (%s)",
-                 probe ? "probe or lease renewal" : "guard call", wxg_strerror(down));
+        char why[256];
+        redis_down_text(c, probe, why, sizeof why);
+        snprintf(reason, reason_size, "redis: the latest %s failed (%s%s%s)",
+                 probe ? "probe or lease renewal" : "guard call", wxg_strerror(down),
+                 why[0] ? ": " : "", why);
         return 0;
     }
     size_t n = (size_t)wxg_gauge_value(c->m.assigned);
@@ -1513,6 +1528,35 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
 }
 
 /* ---- life cycle ---- */
+
+/* The workers' Redis Cluster counters (0 outside cluster mode). 0, or -1 as below. */
+static int metrics_cluster(wxg__pl_metrics_t *pm, wxg_metrics_t *r)
+{
+    static const char *const redirects = "Redis Cluster redirections the workers' guard calls "
+                                         "followed, by type (MOVED, ASK).";
+    static const char *const retries = "Commands a Redis Cluster node refused for now and the "
+                                       "guard sent again after a pause, by reason.";
+    pm->cluster[WXG__PL_CL_MOVED] = wxg_metrics_counter(r, "wxg_guard_cluster_redirects_total",
+                                                        redirects, "type", "moved", NULL);
+    pm->cluster[WXG__PL_CL_ASK] =
+        wxg_metrics_counter(r, "wxg_guard_cluster_redirects_total", redirects, "type", "ask", NULL);
+    pm->cluster[WXG__PL_CL_TRYAGAIN] = wxg_metrics_counter(r, "wxg_guard_cluster_retries_total",
+                                                           retries, "reason", "tryagain", NULL);
+    pm->cluster[WXG__PL_CL_CLUSTERDOWN] = wxg_metrics_counter(
+        r, "wxg_guard_cluster_retries_total", retries, "reason", "clusterdown", NULL);
+    pm->cluster[WXG__PL_CL_REFRESHES] =
+        wxg_metrics_counter(r, "wxg_guard_cluster_map_refreshes_total",
+                            "Slot maps the workers' guard handles read from the cluster.", NULL);
+    pm->cluster[WXG__PL_CL_NODE_ERRORS] = wxg_metrics_counter(
+        r, "wxg_guard_cluster_node_errors_total",
+        "Connections of the workers' guard handles to cluster nodes that failed or could not be "
+        "made.",
+        NULL);
+    for (int i = 0; i < WXG__PL_CL_N; i++)
+        if (!pm->cluster[i])
+            return -1;
+    return 0;
+}
 
 /* The counters of docs/metrics.md, the pipeline's among them. 0, or -1 when one could not be
  * registered. */
@@ -1564,6 +1608,8 @@ static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
                                      "type", "revoke", NULL);
     m->revoke_timeouts = wxg_metrics_counter(r, "wxg_revoke_timeouts_total",
                                              "Revokes whose drain ran out of budget.", NULL);
+    if (metrics_cluster(&m->pl, r) != 0)
+        return -1;
     return m->records && m->decode_errors && m->pl.mismatches && m->pl.processed && m->pl.retries &&
                    m->pl.dlq_writes && m->pl.dlq_errors && m->pl.lease_lost && m->commits &&
                    m->commit_failures && m->assigns && m->revokes && m->revoke_timeouts
@@ -1732,6 +1778,9 @@ static int make_locks(wxg_consumer_t *c, char *errstr, size_t errstr_size)
     if (pthread_mutex_init(&c->ready_mu, NULL) != 0)
         goto fail_mutex;
     c->ready_mu_init = 1;
+    if (wxg__pipeline_health_init(&c->health) != 0)
+        goto fail_mutex;
+    c->health_init = 1;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
         goto fail_cond;
@@ -2119,6 +2168,12 @@ void wxg_consumer_stats(wxg_consumer_t *c, wxg_consumer_stats_t *out)
     out->latency_p50_us = latency_quantile(c, 0.50);
     out->latency_p99_us = latency_quantile(c, 0.99);
     out->done_cache_hits = wxg_counter_value(m->pl.cache_hits);
+    out->cluster_moved = wxg_counter_value(m->pl.cluster[WXG__PL_CL_MOVED]);
+    out->cluster_ask = wxg_counter_value(m->pl.cluster[WXG__PL_CL_ASK]);
+    out->cluster_tryagain = wxg_counter_value(m->pl.cluster[WXG__PL_CL_TRYAGAIN]);
+    out->cluster_clusterdown = wxg_counter_value(m->pl.cluster[WXG__PL_CL_CLUSTERDOWN]);
+    out->cluster_refreshes = wxg_counter_value(m->pl.cluster[WXG__PL_CL_REFRESHES]);
+    out->cluster_node_errors = wxg_counter_value(m->pl.cluster[WXG__PL_CL_NODE_ERRORS]);
 }
 
 /* librdkafka before 2.3.0 asserts in rd_kafka_destroy() when a member of a cooperative-sticky
@@ -2185,6 +2240,8 @@ void wxg_consumer_destroy(wxg_consumer_t *c)
     wxg_metrics_free(c->m.own);
     if (c->ready_mu_init)
         pthread_mutex_destroy(&c->ready_mu);
+    if (c->health_init)
+        wxg__pipeline_health_destroy(&c->health);
     if (c->room_ready) {
         pthread_mutex_destroy(&c->room_mu);
         pthread_cond_destroy(&c->room_cv);

@@ -25,8 +25,12 @@
  *              script then decides. Any other result means the field held something else (the
  *              marker of a retried complete, or nothing): the increment is undone, or the
  *              missing marker written, in a second round trip, and the answer is ALREADY_DONE,
- *              LEASE_LOST or OK accordingly. As with the script, a lease that ran out without
- *              a takeover still completes: the field still holds this claim's value.
+ *              LEASE_LOST or OK accordingly. A complete retried after attempts whose answers
+ *              were lost, or whose WAIT fell short, finds what those attempts' increments left
+ *              (the marker plus some deltas, or deltas on an empty field) and writes the marker
+ *              over it (complete_kind); a WAIT that fell short still gets its repairs. As with
+ *              the script, a lease that ran out without a takeover still completes: the field
+ *              still holds this claim's value.
  *   plugin_done HGET <the claim's bucket> <field>, HSETNX <sub-marker hash> <plugin> <result>,
  *              PEXPIRE NX and GT: the first result of a plugin stays, the TTL of a FAILED
  *              message's hash is never shortened, and the HGET tells whether the message was
@@ -51,6 +55,7 @@
  */
 #include "guard_conn_int.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +123,8 @@ typedef struct npipe {
     wxg__guard_cmd_t *cmds;
     redisReply **replies;
     size_t n, cap, ndel;
-    int notint_ok; /* HINCRBY on a pointer: its "not an integer" error is an answer */
+    int notint_ok; /* complete's HINCRBY: "not an integer" (a pointer) and "would overflow"
+                      are answers, not failures */
     int writes;    /* WAIT for conf.wait_replicas after it, when set */
     /* Per command up to 4 arguments, kept here so that the caller's strings may be stack ones
      * that live as long as the pipe. */
@@ -179,6 +185,12 @@ static int not_integer(const redisReply *r)
     return r->type == REDIS_REPLY_ERROR && strstr(r->str, "not an integer") != NULL;
 }
 
+/* HINCRBY's answer when the sum leaves 64 bits; the field is unchanged. */
+static int would_overflow(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR && strstr(r->str, "would overflow") != NULL;
+}
+
 /* Sends the pipe. An error reply to any command fails the call with its code; the deferred
  * deletions it carried are done once their replies arrived. WXG_EREPLICAS (the WAIT after the
  * writes fell short) leaves every reply in place: the commands ran on the primary. */
@@ -204,7 +216,8 @@ static int npipe_run(wxg__guard_redis_t *rg, npipe_t *p)
     }
     for (size_t i = 0; i < p->n; i++) {
         const redisReply *r = p->replies[i];
-        if (r->type == REDIS_REPLY_ERROR && !(p->notint_ok && not_integer(r))) {
+        if (r->type == REDIS_REPLY_ERROR &&
+            !(p->notint_ok && (not_integer(r) || would_overflow(r)))) {
             wxg__guard_set_error(rg->handle, "Redis refused %.*s: %.*s", (int)p->cmds[i].lens[0],
                                  p->cmds[i].argv[0], (int)(r->len > 200 ? 200 : r->len), r->str);
             rc = wxg__guard_refusal_code(r);
@@ -731,8 +744,48 @@ static void defer_deletion(wxg__guard_redis_t *rg, const wxg__guard_keys_t *k)
 }
 
 /* What a native complete's HINCRBY found: done, a pointer (the script decides), or a field
- * that held something else and needs its repair in a second round trip. */
-enum { NC_OK, NC_POINTER, NC_UNDO_DONE, NC_UNDO_LOST, NC_WRITE };
+ * that held something else and needs its repair in a second round trip: a marker or another
+ * value (the increment is undone), nothing (the marker is written), or what only earlier
+ * attempts of this complete leave (below: the marker is written over it). */
+enum { NC_OK, NC_POINTER, NC_UNDO_DONE, NC_UNDO_LOST, NC_WRITE, NC_REWRITE };
+
+/* Whether x is from + j * delta for some j >= 1: what j HINCRBYs of delta leave on a field
+ * that held `from`. Exact (stepwise, stopping where 64 bits end: Redis refuses an increment
+ * past them, so no field holds more steps than fit). */
+static int steps_from(long long x, long long from, long long delta)
+{
+    long long v = from;
+    for (int j = 1; j <= 64 && delta != 0; j++) {
+        if (delta > 0 ? v > LLONG_MAX - delta : v < LLONG_MIN - delta)
+            return 0;
+        v += delta;
+        if (v == x)
+            return 1;
+    }
+    return 0;
+}
+
+/* Classifies the field's value before this HINCRBY of delta = tag - value. A complete whose
+ * answer never came (a timeout, a lost connection) or whose WAIT fell short is retried by its
+ * caller, and every attempt that reached Redis added delta: on this claim's value that is the
+ * marker and then marker + j * delta, on an empty field j * delta. Such a field is written
+ * over with the marker (NC_REWRITE, answered ALREADY_DONE), as is one so far along that the
+ * increment would overflow: only repeated completes make a field that large, and a complete
+ * means every plugin ran. Without this a claim would find the field neither a marker nor a
+ * value and answer BUSY for as long as the bucket lives. */
+static int complete_kind(long long before, long long value, int tag)
+{
+    long long delta = tag - value;
+    if (before == value)
+        return NC_OK;
+    if (before == 0)
+        return NC_WRITE;
+    if (before >= -32768 && before <= 32767)
+        return NC_UNDO_DONE;
+    if (steps_from(before, tag, delta) || steps_from(before, 0, delta))
+        return NC_REWRITE;
+    return NC_UNDO_LOST;
+}
 
 /* The HINCRBY of each native ticket: tag - value onto the field. */
 static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
@@ -765,13 +818,10 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     }
     if (rc == 0)
         rc = npipe_run(rg, &p);
-    /* Too few replicas acknowledged: the increments were still made on the primary, and each
-     * must be judged (and a wrong one undone by the repair round), or a retry would add its
-     * increment to an unrepaired field again. */
-    int acks = rc == WXG_EREPLICAS ? rc : 0;
-    if (acks)
-        rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    /* WAIT falling short leaves every answer: the increments ran and still need their repair,
+     * reported with the call's WXG_EREPLICAS. */
+    int answered = rc == 0 || rc == WXG_EREPLICAS;
+    for (size_t i = 0; i < n && answered; i++) {
         if (!native[i])
             continue;
         const redisReply *r = p.replies[st[i].at];
@@ -779,19 +829,20 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
             kind[i] = NC_POINTER;
             continue;
         }
+        if (would_overflow(r)) {
+            kind[i] = NC_REWRITE;
+            continue;
+        }
         if (r->type != REDIS_REPLY_INTEGER) {
             wxg__guard_set_error(rg->handle, "unexpected HINCRBY reply");
             rc = WXG_EREDIS;
             break;
         }
-        long long delta = t[i].payload_tag - st[i].value, before = r->integer - delta;
-        kind[i] = before == st[i].value                 ? NC_OK
-                  : before == 0                         ? NC_WRITE
-                  : before >= -32768 && before <= 32767 ? NC_UNDO_DONE
-                                                        : NC_UNDO_LOST;
+        long long delta = t[i].payload_tag - st[i].value;
+        kind[i] = complete_kind(r->integer - delta, st[i].value, t[i].payload_tag);
     }
     npipe_free(&p);
-    return rc ? rc : acks;
+    return rc;
 }
 
 /* The second round trip for the fields HINCRBY found holding something else: a marker or
@@ -821,7 +872,7 @@ static int complete_repair(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
                      (long long)(st[i].value - t[i].payload_tag));
             npipe_add(&p, 4, "HINCRBY", 7, st[i].bucket, bl, (const char *)st[i].k.field,
                       st[i].k.field_len, st[i].arg, strlen(st[i].arg));
-        } else if (kind[i] == NC_WRITE) {
+        } else if (kind[i] == NC_WRITE || kind[i] == NC_REWRITE) {
             char *tag = tags[j++ % 64];
             int tl = snprintf(tag, 8, "%d", t[i].payload_tag);
             npipe_add(&p, 4, "HSET", 4, st[i].bucket, bl, (const char *)st[i].k.field,
@@ -856,16 +907,11 @@ static int complete_native(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     int rc = st && kind ? 0 : WXG_ENOMEM;
     if (rc == 0)
         rc = complete_round1(rg, t, n, native, st, kind, tb);
-    /* WXG_EREPLICAS from either round: what Redis answered is still the outcome on the
-     * primary, so the repair runs; the call then fails with it and is retried, which finds
-     * the markers (ALREADY_DONE). */
-    int acks = rc == WXG_EREPLICAS ? rc : 0;
-    if (rc == 0 || acks)
-        rc = complete_repair(rg, t, n, st, kind, tb);
-    if (rc == WXG_EREPLICAS)
-        acks = rc, rc = 0;
-    if (rc == 0 && acks)
-        rc = acks;
+    if (rc == 0 || rc == WXG_EREPLICAS) {
+        int repaired = complete_repair(rg, t, n, st, kind, tb);
+        if (repaired != 0)
+            rc = repaired;
+    }
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!native[i])
             continue;
@@ -874,6 +920,7 @@ static int complete_native(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
             native[i] = 0;
             continue;
         case NC_UNDO_DONE:
+        case NC_REWRITE:
             results[i] = WXG_GUARD_ALREADY_DONE;
             rg->stats->already_done++;
             continue;

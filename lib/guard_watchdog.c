@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -60,13 +61,19 @@ struct wxg_guard_watchdog_s {
      */
     atomic_llong contact_ok_ms, contact_err_ms;
     atomic_int contact_err;
+    char contact_err_text[256]; /* the handle's text for that failure (under mu) */
 };
 
+/* Records the outcome of a renewal batch or a probe. Called by the thread without mu. */
 static void watchdog_contact(wxg_guard_watchdog_t *wd, int rc)
 {
     if (rc == 0) {
         atomic_store(&wd->contact_ok_ms, wxg__mono_ms());
     } else {
+        pthread_mutex_lock(&wd->mu);
+        snprintf(wd->contact_err_text, sizeof wd->contact_err_text, "%s",
+                 wxg_guard_last_error(wd->g));
+        pthread_mutex_unlock(&wd->mu);
         atomic_store(&wd->contact_err, rc);
         atomic_store(&wd->contact_err_ms, wxg__mono_ms());
     }
@@ -394,6 +401,15 @@ void wxg_guard_watchdog_probe(wxg_guard_watchdog_t *wd, int64_t every_ms)
     pthread_mutex_lock(&wd->mu);
     wd->probe_ms = every_ms > 0 ? every_ms : 0;
     pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void wxg_guard_watchdog_last_error(wxg_guard_watchdog_t *wd, char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    snprintf(buf, size, "%s", wd->contact_err_text);
     pthread_mutex_unlock(&wd->mu);
 }
 

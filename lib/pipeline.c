@@ -43,8 +43,9 @@
  * Threads: each worker thread has its own wxg__pl_worker_t (guard connection, plugin thread
  * state, scratch vectors of batch_max entries made once, so a run allocates nothing on the
  * way to DONE: only a failure's reason and a dead letter's header array). The shared configuration
- * is only read; metrics are atomics; the health fields are atomics written by every worker. No lock
- * is taken here; the finished callback and the sink may take the caller's.
+ * is only read; metrics are atomics; the health fields are atomics written by every worker, but
+ * for the text of a failed guard call, copied under the health's own mutex (only on a failure).
+ * No other lock is taken here; the finished callback and the sink may take the caller's.
  *
  * Failure modes, decided by the error's class (wxg_err_class, include/wxguard/err.h): a guard
  * call that fails as a whole re-queues its items with a capped, jittered backoff and nothing
@@ -86,8 +87,9 @@ struct wxg__pl_worker {
     size_t nplugins;
     unsigned seed;
     uint64_t round_trips_seen;
-    int fatal;    /* the first fatal error of the current run */
-    int64_t *out; /* the current run's results */
+    uint64_t cluster_seen[WXG__PL_CL_N]; /* the guard's cluster counters already counted */
+    int fatal;                           /* the first fatal error of the current run */
+    int64_t *out;                        /* the current run's results */
     /* Scratch of batch_max entries each: the items of each stage, and the guard call's
      * arguments and results. */
     wxg__pl_item_t **claimv, **chainv, **completev, **retryv, **dlqv, **failv, **donev;
@@ -197,10 +199,15 @@ static void guard_failed(wxg__pl_worker_t *w, int op, int rc, size_t n)
 {
     static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
     wxg_counter_inc(w->m->guard_errors[op]);
-    atomic_store(&w->conf->health->err, rc);
-    atomic_store(&w->conf->health->err_ms, wxg__mono_ms());
+    wxg__pl_health_t *h = w->conf->health;
+    const char *why = wxg_guard_last_error(w->g);
+    pthread_mutex_lock(&h->err_mu);
+    snprintf(h->err_text, sizeof h->err_text, "%s", why);
+    pthread_mutex_unlock(&h->err_mu);
+    atomic_store(&h->err, rc);
+    atomic_store(&h->err_ms, wxg__mono_ms());
     wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", ops[op]), WXG_LERR(rc),
-            WXG_LU("worker", w->index), WXG_LU("batch", n));
+            WXG_LU("worker", w->index), WXG_LU("batch", n), WXG_LS("reason", why));
     if (wxg_err_class(rc) == WXG_CLASS_FATAL)
         fatal(w, ops[op], rc, wxg_guard_last_error(w->g));
 }
@@ -629,6 +636,23 @@ static void stage_fail_mark(wxg__pl_worker_t *w)
     }
 }
 
+/* Adds what the handle counted since the last run to the health figures and the metrics. */
+static void count_guard_stats(wxg__pl_worker_t *w)
+{
+    wxg_guard_stats_t gs;
+    wxg_guard_get_stats(w->g, &gs);
+    atomic_fetch_add(&w->conf->health->round_trips, gs.round_trips - w->round_trips_seen);
+    w->round_trips_seen = gs.round_trips;
+    const uint64_t cl[WXG__PL_CL_N] = {gs.cluster_moved,     gs.cluster_ask,
+                                       gs.cluster_tryagain,  gs.cluster_clusterdown,
+                                       gs.cluster_refreshes, gs.cluster_node_errors};
+    for (int i = 0; i < WXG__PL_CL_N; i++) {
+        if (cl[i] != w->cluster_seen[i])
+            wxg_counter_add(w->m->cluster[i], cl[i] - w->cluster_seen[i]);
+        w->cluster_seen[i] = cl[i];
+    }
+}
+
 int wxg__pipeline_run(wxg__pl_worker_t *w, void *const *items, size_t n, int64_t *out)
 {
     w->out = out;
@@ -641,11 +665,30 @@ int wxg__pipeline_run(wxg__pl_worker_t *w, void *const *items, size_t n, int64_t
     stage_dead_letter(w);
     stage_fail_mark(w);
 
-    wxg_guard_stats_t gs;
-    wxg_guard_get_stats(w->g, &gs);
-    atomic_fetch_add(&w->conf->health->round_trips, gs.round_trips - w->round_trips_seen);
-    w->round_trips_seen = gs.round_trips;
+    count_guard_stats(w);
     return w->fatal;
+}
+
+/* ---- health ---- */
+
+int wxg__pipeline_health_init(wxg__pl_health_t *h)
+{
+    h->err_text[0] = '\0';
+    return pthread_mutex_init(&h->err_mu, NULL) == 0 ? 0 : -1;
+}
+
+void wxg__pipeline_health_destroy(wxg__pl_health_t *h)
+{
+    pthread_mutex_destroy(&h->err_mu);
+}
+
+void wxg__pipeline_health_error(wxg__pl_health_t *h, char *buf, size_t size)
+{
+    if (size == 0)
+        return;
+    pthread_mutex_lock(&h->err_mu);
+    snprintf(buf, size, "%s", h->err_text);
+    pthread_mutex_unlock(&h->err_mu);
 }
 
 /* ---- items ---- */

@@ -26,6 +26,7 @@
 #ifndef WXG_PIPELINE_INT_H
 #define WXG_PIPELINE_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,18 @@ enum {
 enum { WXG__PL_CLAIMED = 0, WXG__PL_DUPLICATE, WXG__PL_BUSY, WXG__PL_CLAIM_N };
 /* Plugin results, for wxg_plugin_results_total{result}: index plugin * WXG__PL_RESULT_N + r. */
 enum { WXG__PL_OK = 0, WXG__PL_RETRY, WXG__PL_FAIL, WXG__PL_RESULT_N };
+/* The guard's Redis Cluster counters (wxg_guard_stats_t.cluster_*), in that order, for
+ * wxg_guard_cluster_redirects_total{type}, wxg_guard_cluster_retries_total{reason},
+ * wxg_guard_cluster_map_refreshes_total and wxg_guard_cluster_node_errors_total. */
+enum {
+    WXG__PL_CL_MOVED = 0,
+    WXG__PL_CL_ASK,
+    WXG__PL_CL_TRYAGAIN,
+    WXG__PL_CL_CLUSTERDOWN,
+    WXG__PL_CL_REFRESHES,
+    WXG__PL_CL_NODE_ERRORS,
+    WXG__PL_CL_N
+};
 
 typedef struct wxg__pl_record wxg__pl_record_t;
 
@@ -111,8 +124,9 @@ typedef struct wxg__pl_metrics {
     wxg_metric_t *guard_errors[WXG__PL_OP_N];
     wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost;
     wxg_metric_t *claim_seconds;
-    wxg_metric_t **plugin_results; /* nplugins * WXG__PL_RESULT_N */
-    wxg_metric_t **plugin_seconds; /* nplugins */
+    wxg_metric_t **plugin_results;       /* nplugins * WXG__PL_RESULT_N */
+    wxg_metric_t **plugin_seconds;       /* nplugins */
+    wxg_metric_t *cluster[WXG__PL_CL_N]; /* what the workers' guard handles saw of a cluster */
 } wxg__pl_metrics_t;
 
 /* What the workers tell the caller about Redis, for readiness (written by every worker). */
@@ -121,7 +135,19 @@ typedef struct wxg__pl_health {
     atomic_int_fast64_t err_ms;       /* ... and of the latest that failed as a whole */
     atomic_int err;                   /* the WXG_E* code of that failure */
     atomic_uint_fast64_t round_trips; /* guard round trips, over every worker */
+    /* The guard's text for that failure (wxg_guard_last_error(); in cluster mode it names the
+     * node), under err_mu: written only when a call fails. */
+    pthread_mutex_t err_mu;
+    char err_text[256];
 } wxg__pl_health_t;
+
+/* Initialises the mutex of a zeroed health record; 0 or -1. Destroy with
+ * wxg__pipeline_health_destroy(). */
+int wxg__pipeline_health_init(wxg__pl_health_t *h);
+void wxg__pipeline_health_destroy(wxg__pl_health_t *h);
+
+/* Copies the text of the workers' latest failed guard call into buf ("" when none). */
+void wxg__pipeline_health_error(wxg__pl_health_t *h, char *buf, size_t size);
 
 /* Writes one dead letter and returns 0 once it is durable, else a negative WXG_E* code with
  * errstr filled. Called on a worker thread; may block for the write. */

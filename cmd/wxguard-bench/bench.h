@@ -76,6 +76,11 @@ double wxgb_redis_cpu_s(struct redisContext *c);
 /* Data commands Redis has run so far (INFO commandstats without script calls themselves and
  * administration), so that the commands scripts run are counted. */
 double wxgb_data_calls(struct redisContext *c);
+/* Connects (plain TCP) to every primary of the Redis Cluster whose seed nodes are `seeds`
+ * ("host:port,...", CLUSTER SLOTS of the first), at most max of them: out[i] and names[i]
+ * ("host:port"). Returns how many; exits the program when a node cannot be reached. */
+int wxgb_cluster_primaries(const char *seeds, struct redisContext **out, char (*names)[300],
+                           int max);
 
 /* wxguard-bench guard --rate (bench_rate.c): memory per DONE marker at the steady-state density
  * of each rate in `rates` (a comma-separated list of messages/s) with the layout the guard

@@ -61,7 +61,8 @@ typedef struct e2e_opts {
     int no_done_cache;
     int fresh_buckets; /* the guard's default geometry: nearly every marker opens a bucket */
     const char *plot;
-    long broker_pid; /* the Kafka broker's process, for its CPU column; 0: not shown */
+    long broker_pid;     /* the Kafka broker's process, for its CPU column; 0: not shown */
+    const char *cluster; /* --cluster: seed nodes of a Redis Cluster, or NULL */
     const char *sets[WXGB_SETS_MAX]; /* --set KEY=VALUE */
     size_t nsets;
 } e2e_opts;
@@ -69,8 +70,13 @@ typedef struct e2e_opts {
 static void e2e_usage(FILE *f)
 {
     fprintf(f,
-            "usage: wxguard-bench e2e --bootstrap HOST:PORT --redis-port PORT [options]\n"
+            "usage: wxguard-bench e2e --bootstrap HOST:PORT (--redis-port PORT | --cluster "
+            "NODES) [options]\n"
             "  --redis-host HOST   default 127.0.0.1\n"
+            "  --cluster NODES     a Redis Cluster (seed nodes host:port,...) instead of one\n"
+            "                      server: redis.cluster.nodes for the consumer, and the Redis\n"
+            "                      columns summed over every primary (each primary's CPU on\n"
+            "                      stderr)\n"
             "  --messages N        records per run (default 20000)\n"
             "  --size BYTES        content size per record (default 200)\n"
             "  --dup RATIO         share of duplicates, 0..0.9 (default 0.3)\n"
@@ -80,7 +86,7 @@ static void e2e_usage(FILE *f)
             "  --delay-us N        longest batch wait (default 1000)\n"
             "  --light-rate N      messages/s of the light-load latency rows (default 200;\n"
             "                      1000 messages fed while the consumer runs, 4 workers,\n"
-            "                      batching on and off)\n"
+            "                      batching on and off; 0 leaves them out)\n"
             "  --naive             also run the naive guard design on the same topics\n"
             "  --designs LIST      native, lua or both (native,lua): the guard designs run on\n"
             "                      each topic, one after the other (default: guard.design)\n"
@@ -153,6 +159,36 @@ typedef struct e2e_row {
     double cache_hits_per_msg;
     int ok;
 } e2e_row;
+
+#define E2E_PRIMARIES_MAX 16
+
+static redisContext *admin_connect(const e2e_opts *o);
+
+/* Connections for the Redis figures: the server, or every primary of the cluster. Returns how
+ * many (0 on failure). */
+static int admins_connect(const e2e_opts *o, redisContext **out)
+{
+    if (o->cluster) {
+        char names[E2E_PRIMARIES_MAX][300];
+        return wxgb_cluster_primaries(o->cluster, out, names, E2E_PRIMARIES_MAX);
+    }
+    out[0] = admin_connect(o);
+    return out[0] ? 1 : 0;
+}
+
+/* Sums of Redis CPU seconds, data calls and used_memory over the servers; cpu (nadmin
+ * entries) gets each one's CPU. */
+static void redis_sample(redisContext **admins, int nadmin, double *cpu, double *cpu_sum,
+                         double *calls, double *mem)
+{
+    *cpu_sum = *calls = *mem = 0;
+    for (int i = 0; i < nadmin; i++) {
+        cpu[i] = wxgb_redis_cpu_s(admins[i]);
+        *cpu_sum += cpu[i];
+        *calls += wxgb_data_calls(admins[i]);
+        *mem += wxgb_info_field(admins[i], "memory", "used_memory");
+    }
+}
 
 static redisContext *admin_connect(const e2e_opts *o)
 {
@@ -259,8 +295,9 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         "kafka.group.id = %s\nkafka.auto.offset.reset = earliest\nconsumer.topics = %s\n"
         "redis.host = %s\nredis.port = %d\nredis.key.prefix = %s\nconsumer.workers = %d\n"
         "consumer.batch.max = %llu\n%s",
-        o->bootstrap, group, topic, o->redis_host, o->redis_port, prefix, workers,
-        (unsigned long long)batch, o->no_done_cache ? "guard.done.cache.entries = 0\n" : "");
+        o->bootstrap, group, topic, o->redis_host, o->redis_port ? o->redis_port : 6379, prefix,
+        workers, (unsigned long long)batch,
+        o->no_done_cache ? "guard.done.cache.entries = 0\n" : "");
     wxg_conf_t *conf = wxgb_conf_new(keys, o->sets, o->nsets);
     free(keys);
     char mapped_prefix[WXG_GUARD_PREFIX_MAX + 1];
@@ -291,16 +328,20 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
-    redisContext *admin = admin_connect(o);
-    wxg_consumer_t *c = dlq && admin ? wxg_consumer_new(&cc, err, sizeof err) : NULL;
+    redisContext *admins[E2E_PRIMARIES_MAX];
+    int nadmin = admins_connect(o, admins);
+    if (!nadmin)
+        snprintf(err, sizeof err, "cannot connect to Redis");
+    wxg_consumer_t *c = dlq && nadmin ? wxg_consumer_new(&cc, err, sizeof err) : NULL;
     if (!c) {
-        if (!dlq || !admin)
+        if (!dlq || !nadmin)
             rd_kafka_conf_destroy(kc);
         fprintf(stderr, "e2e: %s\n", err);
         goto out;
     }
-    double cpu0 = wxgb_redis_cpu_s(admin), calls0 = wxgb_data_calls(admin);
-    double mem0 = wxgb_info_field(admin, "memory", "used_memory");
+    double node0[E2E_PRIMARIES_MAX], node1[E2E_PRIMARIES_MAX], cpu0, calls0, mem0, cpu1, calls1,
+        mem1;
+    redis_sample(admins, nadmin, node0, &cpu0, &calls0, &mem0);
     double self0 = self_cpu_s(), broker0 = proc_cpu_s(o->broker_pid);
     pthread_t th;
     pthread_create(&th, NULL, run_consumer, c);
@@ -343,13 +384,19 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         nanosleep(&ts, NULL);
     }
     wxg_consumer_stats(c, &st); /* before the pool goes away with the shutdown */
-    double cpu1 = wxgb_redis_cpu_s(admin), calls1 = wxgb_data_calls(admin);
-    double mem1 = wxgb_info_field(admin, "memory", "used_memory");
+    redis_sample(admins, nadmin, node1, &cpu1, &calls1, &mem1);
     double self1 = self_cpu_s(), broker1 = proc_cpu_s(o->broker_pid);
     /* What the run left in Redis (DONE markers, layout stamp, anything not cleaned up): with a
      * Redis of its own, used_memory growth per unique message of the stream. */
     fprintf(stderr, "e2e %s, %d workers: used_memory grew by %.0f bytes over %llu records\n", tag,
             workers, mem1 - mem0, (unsigned long long)o->messages);
+    if (nadmin > 1) {
+        fprintf(stderr, "e2e %s, %d workers: Redis CPU us/msg per primary:", tag, workers);
+        for (int i = 0; i < nadmin; i++)
+            fprintf(stderr, "%s %.2f", i ? " /" : "",
+                    (node1[i] - node0[i]) * 1e6 / (double)o->messages);
+        fprintf(stderr, "\n");
+    }
     wxg_consumer_stop(c);
     pthread_join(th, NULL);
     wxg_consumer_destroy(c);
@@ -369,10 +416,10 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
         row.cache_hits_per_msg = (double)st.done_cache_hits / (double)o->messages;
     }
 out:
-    if (admin) {
-        if (drop_prefix(admin, prefix) < 0)
+    for (int i = 0; i < nadmin; i++) {
+        if (drop_prefix(admins[i], prefix) < 0)
             fprintf(stderr, "e2e: could not delete the keys of %s*\n", prefix);
-        redisFree(admin);
+        redisFree(admins[i]);
     }
     wxg_dlq_destroy(dlq);
     wxg_producer_destroy(prod, 1000);
@@ -497,6 +544,7 @@ int wxgb_e2e_main(int argc, char **argv)
                                        {"fresh-buckets", no_argument, NULL, 'F'},
                                        {"plot", required_argument, NULL, 'G'},
                                        {"broker-pid", required_argument, NULL, 'K'},
+                                       {"cluster", required_argument, NULL, 'R'},
                                        {"set", required_argument, NULL, 'S'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -547,7 +595,9 @@ int wxgb_e2e_main(int argc, char **argv)
             o.delay_us = strtoull(optarg, NULL, 10);
             break;
         case 'L':
-            if (wxgb_parse_u64(optarg, &o.light_rate))
+            if (strcmp(optarg, "0") == 0)
+                o.light_rate = 0; /* no light-load rows */
+            else if (wxgb_parse_u64(optarg, &o.light_rate))
                 goto usage;
             break;
         case 'N':
@@ -584,6 +634,9 @@ int wxgb_e2e_main(int argc, char **argv)
                 goto usage;
             o.sets[o.nsets++] = optarg;
             break;
+        case 'R':
+            o.cluster = optarg;
+            break;
         case 'h':
             e2e_usage(stdout);
             return 0;
@@ -591,7 +644,17 @@ int wxgb_e2e_main(int argc, char **argv)
             goto usage;
         }
     }
-    if (!o.bootstrap || !o.redis_port)
+    /* The consumer reaches the cluster through its key; a --set of the same key wins. */
+    char cluster_set[1100];
+    if (o.cluster) {
+        if (o.nsets == WXGB_SETS_MAX)
+            goto usage;
+        snprintf(cluster_set, sizeof cluster_set, "redis.cluster.nodes=%s", o.cluster);
+        memmove(o.sets + 1, o.sets, o.nsets * sizeof *o.sets);
+        o.sets[0] = cluster_set;
+        o.nsets++;
+    }
+    if (!o.bootstrap || (!o.redis_port && !o.cluster))
         goto usage;
     wxg_log_set_level(WXG_LOG_WARN);
     printf("## wxguard-bench e2e\n\n%llu records per run (%.0f%% duplicates, ~%llu-byte content), "
@@ -650,7 +713,8 @@ int wxgb_e2e_main(int argc, char **argv)
     }
     if (plot)
         fclose(plot);
-    failures += light_rows(&o, o.nworkers);
+    if (o.light_rate > 0)
+        failures += light_rows(&o, o.nworkers);
     return failures ? 1 : 0;
 usage:
     e2e_usage(stderr);

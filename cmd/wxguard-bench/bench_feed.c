@@ -3,9 +3,11 @@
  *
  *   feed --bootstrap B --topic T --create P            create T with P partitions
  *   feed --bootstrap B --topic T --messages N [--dup R] [--poison K] [--seed S] [--replay M]
+ *        [--convs C]
  *        produce N callbacks (wkteam, GeWe and generic formats), a share R of them duplicates
- *        of earlier ones, K undecodable records; with --replay, only the first M records of the
- *        same stream (the same seed) are produced again: duplicates after the fact
+ *        of earlier ones, K undecodable records, over C conversations (default 40); with
+ *        --replay, only the first M records of the same stream (the same seed) are produced
+ *        again: duplicates after the fact
  *   feed --bootstrap B --topic T --partitions P --wait-group G [--timeout S]
  *        wait until group G committed the end offset of every partition
  *   feed --bootstrap B --topic T --partitions P --count   print the number of records in T
@@ -23,7 +25,8 @@
 static void feed_usage(FILE *f)
 {
     fprintf(f, "usage: wxguard-bench feed --bootstrap HOST:PORT --topic T [--partitions P]\n"
-               "       [--create P] [--messages N --dup R --poison K --seed S [--replay M]]\n"
+               "       [--create P] [--messages N --dup R --poison K --seed S [--replay M]\n"
+               "       [--convs C]]\n"
                "       [--wait-group G --timeout SECONDS] [--count]\n");
 }
 
@@ -31,7 +34,7 @@ int wxgb_feed_main(int argc, char **argv)
 {
     const char *bootstrap = NULL, *topic = NULL, *group = NULL;
     uint64_t create = 0, messages = 0, poison = 0, seed = 1, replay = 0, timeout = 120;
-    uint64_t partitions = 1;
+    uint64_t partitions = 1, convs = 40;
     double dup = 0.25;
     int count = 0;
     static const struct option lo[] = {{"bootstrap", required_argument, NULL, 'b'},
@@ -46,6 +49,7 @@ int wxgb_feed_main(int argc, char **argv)
                                        {"wait-group", required_argument, NULL, 'g'},
                                        {"timeout", required_argument, NULL, 'T'},
                                        {"count", no_argument, NULL, 'C'},
+                                       {"convs", required_argument, NULL, 'v'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     int ch;
@@ -97,6 +101,10 @@ int wxgb_feed_main(int argc, char **argv)
         case 'C':
             count = 1;
             break;
+        case 'v':
+            if (wxgb_parse_u64(optarg, &convs) || convs > 1000000)
+                goto usage;
+            break;
         case 'h':
             feed_usage(stdout);
             return 0;
@@ -113,7 +121,7 @@ int wxgb_feed_main(int argc, char **argv)
         if (!recs)
             return 1;
         int unique =
-            wxgb_make_stream(recs, messages, (int)partitions, dup, 40,
+            wxgb_make_stream(recs, messages, (int)partitions, dup, (int)convs,
                              7301234500000000000ULL + seed * 1000000ULL, 3, (unsigned)seed);
         size_t n = messages;
         /* Undecodable records, spread over the stream's partitions. */

@@ -712,8 +712,7 @@ static void usage(FILE *f)
 
 #define CLUSTER_PRIMARIES_MAX 64
 
-/* Connects to every primary named by CLUSTER SLOTS of the first seed; returns how many. */
-static int cluster_admins(const char *seeds, redisContext **out, char names[][300])
+int wxgb_cluster_primaries(const char *seeds, redisContext **out, char (*names)[300], int max)
 {
     char host[256];
     int port = 0;
@@ -738,7 +737,7 @@ static int cluster_admins(const char *seeds, redisContext **out, char names[][30
         int seen = 0;
         for (int k = 0; k < n; k++)
             seen |= strcmp(names[k], name) == 0;
-        if (seen || n == CLUSTER_PRIMARIES_MAX)
+        if (seen || n == max)
             continue;
         snprintf(names[n], 300, "%s", name);
         out[n] = redisConnectWithTimeout(e->element[0]->len ? e->element[0]->str : host,
@@ -759,7 +758,7 @@ static int cluster_main(const opts *o)
         fprintf(stderr, "wxguard-bench guard: --cluster runs the native and lua designs only\n");
     redisContext *admins[CLUSTER_PRIMARIES_MAX];
     char names[CLUSTER_PRIMARIES_MAX][300];
-    int n = cluster_admins(o->cluster, admins, names);
+    int n = wxgb_cluster_primaries(o->cluster, admins, names, CLUSTER_PRIMARIES_MAX);
     for (int i = 0; i < n; i++)
         if (dbsize(admins[i]) != 0)
             die("primary %s is not empty; this benchmark flushes the primaries, so it only runs "

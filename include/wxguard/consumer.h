@@ -136,6 +136,10 @@ typedef struct wxg_consumer_stats {
     size_t stalled;              /* partitions the stall detector holds stalled now */
     uint64_t done_cache_hits;    /* duplicates answered by the near cache, without Redis (also
                                     counted in duplicates) */
+    /* Redis Cluster mode only (0 otherwise), over every worker's guard handle: the counters of
+     * wxg_guard_stats_t of the same names (docs/guard.md §11). */
+    uint64_t cluster_moved, cluster_ask, cluster_tryagain, cluster_clusterdown;
+    uint64_t cluster_refreshes, cluster_node_errors;
 } wxg_consumer_stats_t;
 
 typedef struct wxg_consumer_s wxg_consumer_t;

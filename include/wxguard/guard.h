@@ -500,4 +500,9 @@ WXG_EXPORT void wxg_guard_watchdog_probe(wxg_guard_watchdog_t *wd, int64_t every
  * two times to tell whether it is the latest contact. Lock-free; any thread. */
 WXG_EXPORT int wxg_guard_watchdog_health(wxg_guard_watchdog_t *wd, int64_t *ok_ms, int64_t *err_ms);
 
+/* The watchdog handle's text for its latest failed contact (wxg_guard_last_error() at that
+ * moment; in cluster mode it names the node), copied into buf; "" when there was none. Any
+ * thread. */
+WXG_EXPORT void wxg_guard_watchdog_last_error(wxg_guard_watchdog_t *wd, char *buf, size_t size);
+
 #endif /* WXGUARD_GUARD_H */

@@ -27,58 +27,6 @@
 
 #define ID_BASE 7302234567000000000ULL
 
-/* The value of the sample `series` (name with its labels exactly as rendered) in a Prometheus
- * text body, or -1 when absent. */
-static double sample(const char *body, const char *series)
-{
-    size_t n = strlen(series);
-    for (const char *l = body; l && *l;) {
-        if (strncmp(l, series, n) == 0 && l[n] == ' ')
-            return strtod(l + n + 1, NULL);
-        l = strchr(l, '\n');
-        if (l)
-            l++;
-    }
-    return -1;
-}
-
-/* GETs path; returns the status (0 when the server did not answer) and the body in *body
- * (caller frees; may be NULL). */
-static int get(int port, const char *path, char **body)
-{
-    wxg_test_http_resp_t r;
-    if (body)
-        *body = NULL;
-    if (wxg_test_http(port, "GET", path, NULL, NULL, 0, &r) != 0)
-        return 0;
-    int st = r.status;
-    if (body)
-        *body = strdup(r.body ? r.body : "");
-    wxg_test_http_free(&r);
-    return st;
-}
-
-/* Polls path until it answers `status`, for at most timeout_ms (scaled). Returns 1 on success. */
-static int wait_status(int port, const char *path, int status, int64_t timeout_ms, char **body)
-{
-    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
-    for (;;) {
-        char *b = NULL;
-        int st = get(port, path, &b);
-        if (st == status) {
-            if (body)
-                *body = b;
-            else
-                free(b);
-            return 1;
-        }
-        free(b);
-        if (wxg_test_now_ms() >= deadline)
-            return 0;
-        wxg_test_sleep_ms(100);
-    }
-}
-
 /* Scrapes /metrics until `series` reaches at least `want` (counters settle a moment after the
  * broker shows a commit), for at most timeout_ms. Returns the last value seen. */
 static double wait_sample(int port, const char *series, double want, int64_t timeout_ms)
@@ -87,13 +35,40 @@ static double wait_sample(int port, const char *series, double want, int64_t tim
     double v = -1;
     for (;;) {
         char *b = NULL;
-        if (get(port, "/metrics", &b) == 200)
-            v = sample(b, series);
+        if (wxg_test_http_get(port, "/metrics", &b) == 200)
+            v = wxg_test_metric_sample(b, series);
         free(b);
         if (v >= want || wxg_test_now_ms() >= deadline)
             return v;
         wxg_test_sleep_ms(100);
     }
+}
+
+/* Every family of the replica's own (`wxg_` names) that a scrape shows is listed in
+ * docs/metrics.md, the contract with the files in deploy/. */
+static void every_family_is_documented(const char *body)
+{
+    const char *src = getenv("WXG_SOURCE_DIR");
+    assert_non_null(src);
+    char path[512];
+    snprintf(path, sizeof path, "%s/docs/metrics.md", src);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char doc[256 * 1024];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[len] = '\0';
+    int families = 0;
+    for (const char *l = strstr(body, "# TYPE wxg_"); l; l = strstr(l + 1, "# TYPE wxg_")) {
+        char name[160], listed[170];
+        if (sscanf(l, "# TYPE %159s", name) != 1)
+            continue;
+        snprintf(listed, sizeof listed, "| `%s` |", name);
+        if (!strstr(doc, listed))
+            fail_msg("%s is registered but not listed in docs/metrics.md", name);
+        families++;
+    }
+    assert_true(families >= 30);
 }
 
 static void counters_match_what_was_processed_and_readyz_turns_ready_once_assigned(void **state)
@@ -107,9 +82,9 @@ static void counters_match_what_was_processed_and_readyz_turns_ready_once_assign
     wxg_ct_write_config(&t, extra);
     wxg_ct_spawn(&t, 0);
 
-    assert_true(wait_status(port, "/healthz", 200, 20000, NULL));
+    assert_true(wxg_test_http_wait_status(port, "/healthz", 200, 20000, NULL));
     char *body = NULL;
-    assert_true(wait_status(port, "/readyz", 200, 30000, &body));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 30000, &body));
     assert_non_null(strstr(body, "3 partitions assigned"));
     free(body);
 
@@ -126,30 +101,41 @@ static void counters_match_what_was_processed_and_readyz_turns_ready_once_assign
 
     assert_true(wait_sample(port, "wxg_claim_to_commit_seconds_count", 1, 5000) >= 1);
     assert_int_equal(wait_sample(port, "wxg_guard_done_cache_entries", 30, 5000), 30);
-    assert_int_equal(get(port, "/metrics", &body), 200);
-    assert_int_equal(sample(body, "wxg_consumer_records_total"), 40);
-    assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"claimed\"}"), 30);
-    assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"duplicate\"}"), 10);
-    assert_int_equal(sample(body, "wxg_guard_claims_total{outcome=\"busy\"}"), 0);
+    assert_int_equal(wxg_test_http_get(port, "/metrics", &body), 200);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_consumer_records_total"), 40);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_guard_claims_total{outcome=\"claimed\"}"),
+                     30);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_guard_claims_total{outcome=\"duplicate\"}"),
+                     10);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_guard_claims_total{outcome=\"busy\"}"), 0);
     /* This replica completed every original itself, so the near cache answered every
      * duplicate, and it holds the 30 completed messages. */
-    assert_int_equal(sample(body, "wxg_guard_done_cache_hits_total"), 10);
-    assert_int_equal(sample(body, "wxg_guard_done_cache_evictions_total"), 0);
-    assert_int_equal(sample(body, "wxg_messages_processed_total"), 30);
-    assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"ok\"}"), 30);
-    assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"fail\"}"),
-                     0);
-    assert_int_equal(sample(body, "wxg_plugin_duration_seconds_count{plugin=\"record\"}"), 30);
-    assert_int_equal(sample(body, "wxg_decode_errors_total"), 0);
-    assert_int_equal(sample(body, "wxg_dlq_writes_total"), 0);
-    assert_int_equal(sample(body, "wxg_lease_lost_total"), 0);
-    assert_int_equal(sample(body, "wxg_assigned_partitions"), 3);
-    assert_int_equal(sample(body, "wxg_stalled"), 0);
-    assert_true(sample(body, "wxg_rebalances_total{type=\"assign\"}") >= 1);
-    assert_true(sample(body, "wxg_commits_total") >= 1);
-    assert_true(sample(body, "wxg_claim_duration_seconds_count") >= 1);
-    assert_true(sample(body, "wxg_claim_to_commit_seconds_count") >= 1);
-    assert_true(sample(body, "wxg_claim_to_commit_seconds_count") <= 40);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_guard_done_cache_hits_total"), 10);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_guard_done_cache_evictions_total"), 0);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_messages_processed_total"), 30);
+    assert_int_equal(
+        wxg_test_metric_sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"ok\"}"),
+        30);
+    assert_int_equal(
+        wxg_test_metric_sample(body, "wxg_plugin_results_total{plugin=\"record\",result=\"fail\"}"),
+        0);
+    assert_int_equal(
+        wxg_test_metric_sample(body, "wxg_plugin_duration_seconds_count{plugin=\"record\"}"), 30);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_decode_errors_total"), 0);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_dlq_writes_total"), 0);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_lease_lost_total"), 0);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_assigned_partitions"), 3);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_stalled"), 0);
+    /* Not a cluster: its series are there, at 0. */
+    assert_int_equal(
+        wxg_test_metric_sample(body, "wxg_guard_cluster_redirects_total{type=\"moved\"}"), 0);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_guard_cluster_node_errors_total"), 0);
+    assert_true(wxg_test_metric_sample(body, "wxg_rebalances_total{type=\"assign\"}") >= 1);
+    assert_true(wxg_test_metric_sample(body, "wxg_commits_total") >= 1);
+    assert_true(wxg_test_metric_sample(body, "wxg_claim_duration_seconds_count") >= 1);
+    assert_true(wxg_test_metric_sample(body, "wxg_claim_to_commit_seconds_count") >= 1);
+    assert_true(wxg_test_metric_sample(body, "wxg_claim_to_commit_seconds_count") <= 40);
+    every_family_is_documented(body);
     free(body);
 
     /* Lag per partition: every record is finished, so each partition's lag settles at 0. */
@@ -161,8 +147,8 @@ static void counters_match_what_was_processed_and_readyz_turns_ready_once_assign
         double v = -1;
         while (wxg_test_now_ms() < deadline) {
             char *b = NULL;
-            if (get(port, "/metrics", &b) == 200)
-                v = sample(b, series);
+            if (wxg_test_http_get(port, "/metrics", &b) == 200)
+                v = wxg_test_metric_sample(b, series);
             free(b);
             if (v == 0)
                 break;
@@ -201,7 +187,7 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
              port, 6000, (unsigned long long)(ID_BASE + 500));
     wxg_ct_write_config(&t, extra);
     wxg_ct_spawn(&t, 0);
-    assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 30000, NULL));
 
     /* Offset 0 stalls; the two behind it (other conversations, other batches: one message a
      * batch, or they would wait in the stalled one's) finish but cannot move the watermark
@@ -214,7 +200,7 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
     wxg_ct_produce(&t, m, 3);
 
     char *body = NULL;
-    assert_true(wait_status(port, "/readyz", 503, 10000, &body));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 503, 10000, &body));
     char want[512];
     snprintf(want, sizeof want, "stalled: %s partition 0 offset 0", t.topic);
     assert_non_null(strstr(body, want));
@@ -250,12 +236,13 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
     assert_true(samples >= 10);
 
     /* Readiness comes back once the plugin returns and the record is finished. */
-    assert_true(wait_status(port, "/readyz", 200, 20000, NULL));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 20000, NULL));
     assert_true(wxg_ct_wait_all_committed(&t, 20000, NULL));
-    assert_int_equal(get(port, "/metrics", &body), 200);
-    assert_int_equal(sample(body, "wxg_stalled"), 0);
-    assert_int_equal(sample(body, "wxg_lease_lost_total"), 0);
-    assert_int_equal(sample(body, "wxg_plugin_results_total{plugin=\"fail\",result=\"ok\"}"), 3);
+    assert_int_equal(wxg_test_http_get(port, "/metrics", &body), 200);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_stalled"), 0);
+    assert_int_equal(wxg_test_metric_sample(body, "wxg_lease_lost_total"), 0);
+    assert_int_equal(
+        wxg_test_metric_sample(body, "wxg_plugin_results_total{plugin=\"fail\",result=\"ok\"}"), 3);
     free(body);
 
     int st = wxg_ct_signal(&t, 0, SIGTERM, 30000);
@@ -286,22 +273,6 @@ static void a_stalled_message_turns_readyz_false_with_one_log_line_until_it_ends
     wxg_ct_teardown(&t);
 }
 
-/* Scrapes /metrics until `series` equals `want`, for at most timeout_ms (scaled). */
-static int wait_sample_is(int port, const char *series, double want, int64_t timeout_ms)
-{
-    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
-    for (;;) {
-        char *b = NULL;
-        double v = get(port, "/metrics", &b) == 200 ? sample(b, series) : -1;
-        free(b);
-        if (v == want)
-            return 1;
-        if (wxg_test_now_ms() >= deadline)
-            return 0;
-        wxg_test_sleep_ms(100);
-    }
-}
-
 static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **state)
 {
     (void)state;
@@ -321,28 +292,28 @@ static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **stat
              port);
     wxg_ct_write_config(&t, extra);
     wxg_ct_spawn(&t, 0);
-    assert_true(wait_status(port, "/readyz", 200, 30000, NULL));
-    assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 2000));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 30000, NULL));
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 1, 2000));
     char *metrics = NULL;
-    assert_int_equal(get(port, "/metrics", &metrics), 200);
-    assert_true(sample(metrics, "process_resident_memory_bytes") > 0);
-    assert_true(sample(metrics, "process_open_fds") > 0);
+    assert_int_equal(wxg_test_http_get(port, "/metrics", &metrics), 200);
+    assert_true(wxg_test_metric_sample(metrics, "process_resident_memory_bytes") > 0);
+    assert_true(wxg_test_metric_sample(metrics, "process_open_fds") > 0);
     free(metrics);
 
     /* No message is in flight, so only the probe can see this. */
     wxg_test_redis_kill(&redis);
     char *body = NULL;
-    assert_true(wait_status(port, "/readyz", 503, 10000, &body));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 503, 10000, &body));
     assert_non_null(strstr(body, "redis: the latest probe or lease renewal failed"));
     free(body);
-    assert_true(wait_sample_is(port, "wxg_redis_reachable", 0, 5000));
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 0, 5000));
     /* It stays unready while Redis stays away: each probe refreshes the failure. */
     wxg_test_sleep_ms(1000);
-    assert_int_equal(get(port, "/readyz", NULL), 503);
+    assert_int_equal(wxg_test_http_get(port, "/readyz", NULL), 503);
 
     assert_int_equal(wxg_test_redis_restart(&redis), 0);
-    assert_true(wait_status(port, "/readyz", 200, 15000, NULL));
-    assert_true(wait_sample_is(port, "wxg_redis_reachable", 1, 5000));
+    assert_true(wxg_test_http_wait_status(port, "/readyz", 200, 15000, NULL));
+    assert_true(wxg_test_metric_wait(port, "wxg_redis_reachable", 1, 5000));
 
     /* And it works: a message produced now is processed. */
     wxg_ct_msg_t m = {.partition = 0, .id = ID_BASE + 900, .conv = 1};

@@ -351,6 +351,9 @@ static void an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end(void
     assert_int_equal(wxg_guard_watchdog_health(wd, &created, &bad), 0);
     assert_true(created > 0);
     assert_int_equal(bad, 0);
+    char why[256] = "x";
+    wxg_guard_watchdog_last_error(wd, why, sizeof why);
+    assert_string_equal(why, "");
 
     /* Off by default: nothing is sent while nothing is renewed. */
     long long pings = pings_answered(f->redis.port);
@@ -368,6 +371,9 @@ static void an_idle_watchdog_probes_redis_and_reports_an_outage_and_its_end(void
     assert_true(wait_health(wd, failed_after, up_until));
     int code = wxg_guard_watchdog_health(wd, NULL, &bad);
     assert_true(code == WXG_ECONN || code == WXG_ETIMEDOUT);
+    /* With the handle's own words for it. */
+    wxg_guard_watchdog_last_error(wd, why, sizeof why);
+    assert_true(strlen(why) > 0);
     /* Still down a while later: the failure is refreshed, not answered by a stale success. */
     wxg_test_sleep_ms(300);
     int64_t bad_later = 0;
@@ -483,6 +489,117 @@ static void a_complete_retried_after_wait_fell_short_finds_its_marker(void **sta
     wxg_test_redis_stop(&primary);
 }
 
+/* A second handle on the fixture's server, with its own WAIT settings. */
+static wxg_guard_t *other_handle(const fixture *f, int wait_replicas)
+{
+    wxg_guard_conf_t c = f->conf;
+    c.wait_replicas = wait_replicas;
+    c.wait_timeout_ms = 20;
+    return gt_open(&c);
+}
+
+/* Completes t through g while the server is stopped, so that the complete runs only after g
+ * gave up on it (WXG_ETIMEDOUT: an unknown outcome), then lets the server run it and has g
+ * connected again. */
+static void complete_with_its_answer_lost(fixture *f, wxg_guard_t *g, const wxg_guard_ticket_t *t)
+{
+    int rc, fails = 0;
+    RETRY(rc, fails, wxg_guard_ping(g));
+    assert_int_equal(rc, 0);
+    assert_int_equal(kill(f->redis.pid, SIGSTOP), 0);
+    assert_int_equal(wxg_guard_complete(g, t, NULL), WXG_ETIMEDOUT);
+    assert_int_equal(kill(f->redis.pid, SIGCONT), 0);
+    wxg_test_sleep_ms(200);
+    RETRY(rc, fails, wxg_guard_ping(g));
+    assert_int_equal(rc, 0);
+}
+
+/* The message's state once its complete has been retried to an answer: DUPLICATE, and so no
+ * claim that waits for ever on a field nobody will repair. */
+static void assert_done(fixture *f, const char *key)
+{
+    wxg_guard_claim_t x;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &x), 0);
+    assert_int_equal(x.outcome, WXG_GUARD_DUPLICATE);
+    wxg_guard_claim_clear(&x);
+}
+
+static void a_complete_retried_after_wait_fell_short_ends_done(void **state)
+{
+    fixture *f = *state;
+    const char *key = "bot:n:20";
+    /* This server has no replica: WAIT 1 always falls short, after the writes ran. */
+    wxg_guard_t *w = other_handle(f, 1);
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(wxg_guard_complete(w, &c.ticket, NULL), WXG_EREPLICAS);
+    int already = -1;
+    assert_int_equal(wxg_guard_complete(f->g, &c.ticket, &already), 0);
+    assert_int_equal(already, 1);
+    assert_done(f, key);
+    wxg_guard_claim_clear(&c);
+    wxg_guard_destroy(w);
+}
+
+static void a_complete_run_twice_after_its_answers_were_lost_ends_done(void **state)
+{
+    fixture *f = *state;
+    const char *key = "bot:n:21";
+    wxg_guard_t *w = other_handle(f, 0);
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    complete_with_its_answer_lost(f, w, &c.ticket);
+    complete_with_its_answer_lost(f, w, &c.ticket);
+    int already = -1;
+    assert_int_equal(wxg_guard_complete(f->g, &c.ticket, &already), 0);
+    assert_int_equal(already, 1);
+    assert_done(f, key);
+    wxg_guard_claim_clear(&c);
+    wxg_guard_destroy(w);
+}
+
+static void a_complete_of_a_forgotten_claim_run_after_its_answer_was_lost_ends_done(void **state)
+{
+    fixture *f = *state;
+    const char *key = "bot:n:22";
+    wxg_guard_t *w = other_handle(f, 0);
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    /* Redis forgets the claim (a restart without persistence), then a complete runs on the
+     * empty field without its answer arriving. */
+    assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
+    complete_with_its_answer_lost(f, w, &c.ticket);
+    int rc, fails = 0, already = -1;
+    RETRY(rc, fails, wxg_guard_complete(f->g, &c.ticket, &already));
+    if (f->conf.design == WXG_GUARD_DESIGN_LUA) {
+        /* The script refuses a ticket whose state is gone (see the restart test above). */
+        assert_int_equal(rc, WXG_ELEASELOST);
+        wxg_guard_claim_clear(&c);
+        wxg_guard_destroy(w);
+        return;
+    }
+    /* The native design writes the marker, as for an empty field. */
+    assert_int_equal(rc, 0);
+    assert_int_equal(already, 1);
+    assert_done(f, key);
+    /* Every bucket has its expiry, also one that the lost complete created. */
+    redisContext *x = gt_redis("127.0.0.1", f->redis.port, NULL);
+    char pattern[96], **keys = NULL;
+    snprintf(pattern, sizeof pattern, "%s*", f->prefix);
+    size_t n = gt_scan(x, pattern, &keys);
+    assert_true(n >= 1);
+    for (size_t i = 0; i < n; i++)
+        assert_true(gt_pttl(x, keys[i]) > 0);
+    gt_free_keys(keys);
+    redisFree(x);
+    wxg_guard_claim_clear(&c);
+    wxg_guard_destroy(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,6 +625,13 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test(a_restarted_persistent_redis_serves_its_keys_once_the_restart_returns),
         cmocka_unit_test(a_complete_retried_after_wait_fell_short_finds_its_marker),
+        cmocka_unit_test_setup_teardown(a_complete_retried_after_wait_fell_short_ends_done, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_complete_run_twice_after_its_answers_were_lost_ends_done,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_complete_of_a_forgotten_claim_run_after_its_answer_was_lost_ends_done, setup,
+            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "testenv.h"
+#include "testhttp.h"
 #include "testkafka.h"
 
 #define ACCOUNT "wxid_ctbot0001"
@@ -129,6 +130,11 @@ void wxg_ct_write_config(wxg_ct_t *t, const char *extra)
 
 pid_t wxg_ct_spawn(wxg_ct_t *t, int idx)
 {
+    return wxg_ct_spawn_set(t, idx, NULL);
+}
+
+pid_t wxg_ct_spawn_set(wxg_ct_t *t, int idx, const char *const *sets)
+{
     assert_true(idx >= 0 && idx < WXG_CT_MAX_REPLICAS);
     const char *bin = getenv("WXG_BINARY_DIR");
     assert_non_null(bin);
@@ -146,11 +152,43 @@ pid_t wxg_ct_spawn(wxg_ct_t *t, int idx)
             dup2(fd, 2);
             close(fd);
         }
-        execl(path, path, "--config", t->config, (char *)NULL);
+        const char *argv[40];
+        int n = 0;
+        argv[n++] = path;
+        argv[n++] = "--config";
+        argv[n++] = t->config;
+        for (size_t i = 0; sets && sets[i] && n < 37; i++) {
+            argv[n++] = "--set";
+            argv[n++] = sets[i];
+        }
+        argv[n] = NULL;
+        execv(path, (char *const *)argv);
         _exit(127);
     }
     t->pids[idx] = pid;
     return pid;
+}
+
+int wxg_ct_spawn_metrics(wxg_ct_t *t, int idx)
+{
+    char listen[64];
+    int port = wxg_test_free_port();
+    assert_true(port > 0);
+    snprintf(listen, sizeof listen, "metrics.listen=127.0.0.1:%d", port);
+    wxg_ct_spawn_set(t, idx, (const char *const[]){listen, NULL});
+    return port;
+}
+
+double wxg_ct_metric_sum(const int *ports, int n, const char *series)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        double v = wxg_test_metric_scrape(ports[i], series);
+        if (v < 0)
+            fail_msg("no %s on the /metrics of port %d", series, ports[i]);
+        sum += v;
+    }
+    return sum;
 }
 
 int wxg_ct_alive(wxg_ct_t *t, int idx)
@@ -362,6 +400,14 @@ size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn
     if (torn)
         *torn = bad;
     *out = v;
+    return n;
+}
+
+size_t wxg_ct_ledger_lines(const wxg_ct_t *t)
+{
+    wxg_ct_effect_t *eff;
+    size_t n = wxg_ct_read_ledger(t, &eff, NULL);
+    free(eff);
     return n;
 }
 

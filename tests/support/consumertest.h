@@ -48,6 +48,16 @@ void wxg_ct_write_config(wxg_ct_t *t, const char *extra);
 
 /* Starts replica `idx` (stdout/stderr to <dir>/replica-<idx>.log). Returns its PID. */
 pid_t wxg_ct_spawn(wxg_ct_t *t, int idx);
+/* The same with `--set` flags for this replica only: `sets` is a NULL-terminated list of
+ * "key=value" (may be NULL), e.g. a metrics.listen of its own. */
+pid_t wxg_ct_spawn_set(wxg_ct_t *t, int idx, const char *const *sets);
+/* Starts replica idx with a metrics.listen of its own on a free loopback port; returns the
+ * port. */
+int wxg_ct_spawn_metrics(wxg_ct_t *t, int idx);
+
+/* The sum over the replicas listening on ports[0..n) of the sample `series` of their /metrics
+ * (name with its labels as rendered); fails the test when one does not answer with it. */
+double wxg_ct_metric_sum(const int *ports, int n, const char *series);
 
 /* Sends `sig` to replica idx and, for SIGTERM/SIGKILL, waits for it to exit (bounded). Returns
  * its exit status as from waitpid (or -1 when it did not exit in time). */
@@ -99,6 +109,8 @@ typedef struct wxg_ct_effect {
 /* Reads the ledger; returns the number of lines parsed into *out (caller frees). Lines that are
  * not JSON (a torn write) are skipped and counted in *torn (may be NULL). */
 size_t wxg_ct_read_ledger(const wxg_ct_t *t, wxg_ct_effect_t **out, size_t *torn);
+/* The number of effects in the ledger now. */
+size_t wxg_ct_ledger_lines(const wxg_ct_t *t);
 
 /* Committed offset of partition p for the test's group (-1001 when none), read by a client
  * that stays connected (one request, a few milliseconds). */

@@ -836,6 +836,246 @@ int wxg_test_cluster_owner(const wxg_test_cluster_t *c, int via, int slot)
     return owner;
 }
 
+int wxg_test_cluster_primaries(const wxg_test_cluster_t *c, int *idx, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < c->n && n < cap; i++) {
+        if (c->node[i].pid <= 0)
+            continue;
+        char role[32];
+        node_info(&c->node[i], "replication", "role:", role, sizeof role);
+        if (strcmp(role, "master") == 0)
+            idx[n++] = i;
+    }
+    return n;
+}
+
+int wxg_test_cluster_replicas_of(const wxg_test_cluster_t *c, int primary, int *idx, int cap)
+{
+    char want[16];
+    int n = 0;
+    snprintf(want, sizeof want, "%d", c->node[primary].port);
+    for (int i = 0; i < c->n && n < cap; i++) {
+        if (c->node[i].pid <= 0 || i == primary)
+            continue;
+        char port[16];
+        node_info(&c->node[i], "replication", "master_port:", port, sizeof port);
+        if (strcmp(port, want) == 0)
+            idx[n++] = i;
+    }
+    return n;
+}
+
+/* One command on a plain node; the reply (caller's), or NULL with the reason printed (an
+ * error reply too, unless `errors_ok`). */
+static redisReply *mv_cmd(redisContext *x, int port, int errors_ok, int argc, const char **argv,
+                          const size_t *lens)
+{
+    redisReply *r = redisCommandArgv(x, argc, argv, lens);
+    if (!r) {
+        fprintf(stderr, "move slots: node %d: %s: %s\n", port, argv[0], x->errstr);
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR && !errors_ok) {
+        fprintf(stderr, "move slots: node %d: %s %s: %s\n", port, argv[0], argc > 1 ? argv[1] : "",
+                r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int mv_ok(redisContext *x, int port, int argc, const char **argv)
+{
+    redisReply *r = mv_cmd(x, port, 0, argc, argv, NULL);
+    if (r)
+        freeReplyObject(r);
+    return r ? 0 : -1;
+}
+
+static int mv_setslot(redisContext *x, int port, int slot, const char *how, const char *id)
+{
+    char s[16];
+    snprintf(s, sizeof s, "%d", slot);
+    return mv_ok(x, port, 5, (const char *[]){"CLUSTER", "SETSLOT", s, how, id});
+}
+
+/* The keys of a group's slots on the source, appended to *keys (each a reply element, kept
+ * in *replies to be freed). */
+typedef struct mv_keys {
+    redisReply **replies;
+    size_t nreplies;
+    const redisReply **key;
+    size_t n, cap;
+} mv_keys;
+
+static int mv_list(redisContext *x, int port, int slot, mv_keys *k)
+{
+    char s[16];
+    snprintf(s, sizeof s, "%d", slot);
+    redisReply *r =
+        mv_cmd(x, port, 0, 4, (const char *[]){"CLUSTER", "GETKEYSINSLOT", s, "100000"}, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    redisReply **rs = realloc(k->replies, (k->nreplies + 1) * sizeof *rs);
+    if (!rs) {
+        freeReplyObject(r);
+        return -1;
+    }
+    k->replies = rs;
+    k->replies[k->nreplies++] = r;
+    for (size_t i = 0; i < r->elements; i++) {
+        if (k->n == k->cap) {
+            size_t cap = k->cap ? 2 * k->cap : 64;
+            const redisReply **kk = realloc(k->key, cap * sizeof *kk);
+            if (!kk)
+                return -1;
+            k->key = kk;
+            k->cap = cap;
+        }
+        k->key[k->n++] = r->element[i];
+    }
+    return 0;
+}
+
+static void mv_keys_free(mv_keys *k)
+{
+    for (size_t i = 0; i < k->nreplies; i++)
+        freeReplyObject(k->replies[i]);
+    free(k->replies);
+    free(k->key);
+    memset(k, 0, sizeof *k);
+}
+
+/* MIGRATE of keys [a, b) from the source to the target; a key gone meanwhile answers NOKEY. */
+static int mv_migrate(redisContext *x, int port, int to_port, const mv_keys *k, size_t a, size_t b)
+{
+    char p[16];
+    snprintf(p, sizeof p, "%d", to_port);
+    for (size_t i = a; i < b; i++) {
+        const char *argv[6] = {"MIGRATE", "127.0.0.1", p, k->key[i]->str, "0", "5000"};
+        size_t lens[6] = {7, 9, strlen(p), k->key[i]->len, 1, 4};
+        redisReply *r = mv_cmd(x, port, 0, 6, argv, lens);
+        if (!r)
+            return -1;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+int wxg_test_cluster_move_slots(const wxg_test_cluster_t *c, int from, int to, int count, int group,
+                                int pause_ms, long *keys)
+{
+    enum { SLOTS = 16384 };
+    redisContext *x[WXG_TEST_CLUSTER_MAX] = {0};
+    int prim[WXG_TEST_CLUSTER_MAX], np = wxg_test_cluster_primaries(c, prim, WXG_TEST_CLUSTER_MAX);
+    int *slots = calloc(SLOTS, sizeof *slots), nslots = 0, moved = -1;
+    char from_id[64] = "", to_id[64] = "";
+    long nkeys = 0;
+    mv_keys k = {0};
+    struct timeval tv = {.tv_sec = 5};
+    if (!slots || group < 1)
+        goto out;
+    for (int i = 0; i < np; i++) {
+        x[prim[i]] = redisConnectWithTimeout("127.0.0.1", c->node[prim[i]].port, tv);
+        if (!x[prim[i]] || x[prim[i]]->err || redisSetTimeout(x[prim[i]], tv) != REDIS_OK) {
+            fprintf(stderr, "move slots: cannot connect to node %d\n", c->node[prim[i]].port);
+            goto out;
+        }
+    }
+    if (!x[from] || !x[to] || from == to) {
+        fprintf(stderr, "move slots: nodes %d and %d are not two primaries\n", from, to);
+        goto out;
+    }
+    int fp = c->node[from].port, tp = c->node[to].port;
+    redisContext *src = x[from], *dst = x[to];
+    for (int w = 0; w < 2; w++) {
+        redisReply *r =
+            mv_cmd(w ? dst : src, w ? tp : fp, 0, 2, (const char *[]){"CLUSTER", "MYID"}, NULL);
+        if (!r || r->type != REDIS_REPLY_STRING) {
+            if (r)
+                freeReplyObject(r);
+            goto out;
+        }
+        snprintf(w ? to_id : from_id, sizeof from_id, "%s", r->str);
+        freeReplyObject(r);
+    }
+    /* The source's lowest `count` slots, from its own map. */
+    redisReply *map = mv_cmd(src, fp, 0, 2, (const char *[]){"CLUSTER", "SLOTS"}, NULL);
+    if (!map || map->type != REDIS_REPLY_ARRAY) {
+        if (map)
+            freeReplyObject(map);
+        goto out;
+    }
+    char *mine = calloc(SLOTS, 1);
+    for (size_t i = 0; mine && i < map->elements; i++) {
+        const redisReply *e = map->element[i];
+        if (e->elements >= 3 && e->element[2]->element[1]->integer == fp)
+            for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+                mine[s] = 1;
+    }
+    freeReplyObject(map);
+    for (int s = 0; mine && s < SLOTS && nslots < count; s++)
+        if (mine[s])
+            slots[nslots++] = s;
+    free(mine);
+    moved = 0;
+    for (int g = 0; g < nslots && moved >= 0; g += group) {
+        int end = g + group < nslots ? g + group : nslots;
+        for (int i = g; i < end && moved >= 0; i++)
+            if (mv_setslot(dst, tp, slots[i], "IMPORTING", from_id) != 0 ||
+                mv_setslot(src, fp, slots[i], "MIGRATING", to_id) != 0)
+                moved = -1;
+        for (int i = g; i < end && moved >= 0; i++)
+            if (mv_list(src, fp, slots[i], &k) != 0)
+                moved = -1;
+        if (moved < 0)
+            break;
+        /* Half of the keys, a pause with the slots split, the rest, a pause with every key on
+         * the target while the source still answers for the slots. */
+        size_t half = k.n / 2;
+        if (mv_migrate(src, fp, tp, &k, 0, half) != 0)
+            moved = -1;
+        wxg_test_sleep_ms(pause_ms / 2);
+        if (moved == 0 && mv_migrate(src, fp, tp, &k, half, k.n) != 0)
+            moved = -1;
+        nkeys += (long)k.n;
+        mv_keys_free(&k);
+        /* No key can appear on a migrating source (a missing key is answered ASK), but look
+         * again before handing the slots over, as redis-cli does. */
+        for (int i = g; i < end && moved >= 0; i++) {
+            if (mv_list(src, fp, slots[i], &k) != 0 || mv_migrate(src, fp, tp, &k, 0, k.n) != 0)
+                moved = -1;
+            nkeys += (long)k.n;
+            mv_keys_free(&k);
+        }
+        wxg_test_sleep_ms(pause_ms / 2);
+        for (int i = g; i < end && moved >= 0; i++) {
+            if (mv_setslot(dst, tp, slots[i], "NODE", to_id) != 0 ||
+                mv_setslot(src, fp, slots[i], "NODE", to_id) != 0)
+                moved = -1;
+            for (int p = 0; p < np && moved >= 0; p++)
+                if (prim[p] != from && prim[p] != to &&
+                    mv_setslot(x[prim[p]], c->node[prim[p]].port, slots[i], "NODE", to_id) != 0)
+                    moved = -1;
+            if (moved >= 0)
+                moved++;
+        }
+    }
+out:
+    mv_keys_free(&k);
+    for (int i = 0; i < WXG_TEST_CLUSTER_MAX; i++)
+        if (x[i])
+            redisFree(x[i]);
+    free(slots);
+    if (keys)
+        *keys = nkeys;
+    return moved;
+}
+
 void wxg_test_cluster_stop(wxg_test_cluster_t *c)
 {
     for (int i = 0; i < c->n; i++)

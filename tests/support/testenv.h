@@ -92,6 +92,24 @@ int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms);
  * SHARDS), or -1. */
 int wxg_test_cluster_owner(const wxg_test_cluster_t *c, int via, int slot);
 
+/* Moves `count` of the slots that primary `from` serves (its lowest ones) to primary `to`
+ * (indices in c->node), the way `redis-cli --cluster reshard` does, `group` slots at a time:
+ * the group's slots IMPORTING on the target and MIGRATING on the source; half of their keys
+ * moved with MIGRATE, a pause of pause_ms / 2, the other half, another pause (meanwhile the
+ * source answers ASK for a key that already moved, and TRYAGAIN for a multi-key command over
+ * keys on both sides); then SETSLOT NODE on the target, the source and every other primary.
+ * Plain (not TLS) clusters only. It touches no cmocka state, so a test may run it on a thread
+ * of its own. Returns the number of slots moved (and the keys in *keys, may be NULL), or -1
+ * with the reason printed; every command waits at most 5 s. */
+int wxg_test_cluster_move_slots(const wxg_test_cluster_t *c, int from, int to, int count, int group,
+                                int pause_ms, long *keys);
+
+/* The index in c->node of every primary (in c->node order) into idx; returns how many. */
+int wxg_test_cluster_primaries(const wxg_test_cluster_t *c, int *idx, int cap);
+/* The index in c->node of every running replica of the primary c->node[primary] into idx;
+ * returns how many. */
+int wxg_test_cluster_replicas_of(const wxg_test_cluster_t *c, int primary, int *idx, int cap);
+
 /* Stops every node and removes their directories. */
 void wxg_test_cluster_stop(wxg_test_cluster_t *c);
 

@@ -188,3 +188,72 @@ void wxg_test_http_free(wxg_test_http_resp_t *resp)
     free(resp->body);
     memset(resp, 0, sizeof *resp);
 }
+
+int wxg_test_http_get(int port, const char *path, char **body)
+{
+    wxg_test_http_resp_t r;
+    if (body)
+        *body = NULL;
+    if (wxg_test_http(port, "GET", path, NULL, NULL, 0, &r) != 0)
+        return 0;
+    int st = r.status;
+    if (body)
+        *body = strdup(r.body ? r.body : "");
+    wxg_test_http_free(&r);
+    return st;
+}
+
+int wxg_test_http_wait_status(int port, const char *path, int status, int64_t timeout_ms,
+                              char **body)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (;;) {
+        char *b = NULL;
+        int st = wxg_test_http_get(port, path, &b);
+        if (st == status) {
+            if (body)
+                *body = b;
+            else
+                free(b);
+            return 1;
+        }
+        free(b);
+        if (wxg_test_now_ms() >= deadline)
+            return 0;
+        wxg_test_sleep_ms(100);
+    }
+}
+
+double wxg_test_metric_sample(const char *body, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *l = body; l && *l;) {
+        if (strncmp(l, series, n) == 0 && l[n] == ' ')
+            return strtod(l + n + 1, NULL);
+        l = strchr(l, '\n');
+        if (l)
+            l++;
+    }
+    return -1;
+}
+
+double wxg_test_metric_scrape(int port, const char *series)
+{
+    char *b = NULL;
+    double v =
+        wxg_test_http_get(port, "/metrics", &b) == 200 ? wxg_test_metric_sample(b, series) : -1;
+    free(b);
+    return v;
+}
+
+int wxg_test_metric_wait(int port, const char *series, double want, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    for (;;) {
+        if (wxg_test_metric_scrape(port, series) == want)
+            return 1;
+        if (wxg_test_now_ms() >= deadline)
+            return 0;
+        wxg_test_sleep_ms(100);
+    }
+}

@@ -11,6 +11,7 @@
 #define WXG_TESTHTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* An answer. headers holds the status line and header lines (CRLF-separated, NUL-terminated);
  * body is NUL-terminated, body_len excludes the terminator. Free with wxg_test_http_free(). */
@@ -38,5 +39,26 @@ const char *wxg_test_http_header(const wxg_test_http_resp_t *resp, const char *n
                                  size_t size);
 
 void wxg_test_http_free(wxg_test_http_resp_t *resp);
+
+/* GETs path; returns the status (0 when the server did not answer) and, when body is not NULL,
+ * the body in *body (caller frees; NULL when the server did not answer). */
+int wxg_test_http_get(int port, const char *path, char **body);
+
+/* Polls path until it answers `status`, for at most timeout_ms (scaled). Returns 1 on success,
+ * with the body of that answer in *body when body is not NULL (caller frees); 0 otherwise. */
+int wxg_test_http_wait_status(int port, const char *path, int status, int64_t timeout_ms,
+                              char **body);
+
+/* The value of the sample `series` (name with its labels exactly as rendered) in a Prometheus
+ * text body, or -1 when absent. */
+double wxg_test_metric_sample(const char *body, const char *series);
+
+/* One scrape of /metrics on port: the value of `series`, or -1 when absent or when the server
+ * did not answer 200. */
+double wxg_test_metric_scrape(int port, const char *series);
+
+/* Scrapes /metrics on port until `series` equals `want`, for at most timeout_ms (scaled).
+ * Returns 1 when it did, 0 otherwise. */
+int wxg_test_metric_wait(int port, const char *series, double want, int64_t timeout_ms);
 
 #endif /* WXG_TESTHTTP_H */

@@ -199,6 +199,7 @@ static fixture *setup_lease(const char *spec, const wxg_plugin_kv_t *kv, size_t 
     assert_non_null(x->wd);
     x->chain = make_chain(spec, kv, nkv);
     register_metrics(x, wxg_plugin_chain_count(x->chain));
+    assert_int_equal(wxg__pipeline_health_init(&x->health), 0);
     x->conf = (wxg__pipeline_conf_t){.chain = x->chain,
                                      .wd = x->wd,
                                      .batch_max = MAXN,
@@ -234,6 +235,7 @@ static void teardown(fixture *x)
     free(x->m.plugin_results);
     free(x->m.plugin_seconds);
     wxg_metrics_free(x->reg);
+    wxg__pipeline_health_destroy(&x->health);
     fakeguard_destroy(x->f);
     free(x);
 }
@@ -503,6 +505,10 @@ static void redis_unreachable_requeues_the_whole_batch_with_a_backoff(void **sta
     assert_int_equal(x->nfinished, 0);
     assert_int_equal(value(x->m.guard_errors[WXG__PL_OP_CLAIM]), 1);
     assert_int_equal(atomic_load(&x->health.err), WXG_ECONN);
+    /* The guard's own text goes with it, for /readyz and the log. */
+    char why[256];
+    wxg__pipeline_health_error(&x->health, why, sizeof why);
+    assert_string_equal(why, "fake guard: injected ECONN");
     assert_int_equal(plugin_runs(x, 0, WXG__PL_OK), 0);
 
     /* Complete fails too: re-queued at complete, so the plugins do not run again. */
