@@ -287,7 +287,9 @@ static int inspect_record(const redisReply *r, const wxg__guard_keys_t *k,
             rc = WXG_ENOMEM;
             goto out;
         }
-        rec->done_payload_tag = (int)str_ll(r->element[4]);
+        /* A spent value (lib/guard_record.def) is DONE with an unknown tag: 0. */
+        long long tag = str_ll(r->element[4]);
+        rec->done_payload_tag = tag >= -32768 && tag <= 32767 ? (int)tag : 0;
         rec->done_ttl_ms = r->element[5]->integer;
     }
     rec->state = rec->done_bucket ? WXG_GUARD_DONE : record_state(st);

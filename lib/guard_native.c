@@ -55,7 +55,6 @@
  */
 #include "guard_conn_int.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +301,19 @@ static int is_marker(const char *s, size_t len)
     return 1;
 }
 
+/* A spent value: a negative integer below every marker, which only a complete's increments
+ * leave (lib/guard_record.def). The message was completed; its payload tag is unknown. */
+static int is_spent(const char *s, size_t len)
+{
+    if (len <= 6 || s[0] != '-')
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    }
+    return 1;
+}
+
 /* Round 1: HSETNX the in-flight value into the newest bucket, set its expiry, read the older
  * buckets. */
 static int claim_round1(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
@@ -399,10 +411,11 @@ static int claim_round2(wxg__guard_redis_t *rg, nclaim_t *c, size_t n, wxg_guard
                 rg->stats->busy++;
                 c[i].state = NC_DONE;
             }
-        } else if (is_marker(r->str, r->len)) {
+        } else if (is_marker(r->str, r->len) || is_spent(r->str, r->len)) {
             out[i].outcome = WXG_GUARD_DUPLICATE;
             out[i].payload_mismatch =
-                r->len != strlen(c[i].tag) || memcmp(r->str, c[i].tag, r->len) != 0;
+                is_marker(r->str, r->len) &&
+                (r->len != strlen(c[i].tag) || memcmp(r->str, c[i].tag, r->len) != 0);
             rg->stats->duplicates++;
             rg->stats->payload_mismatches += (uint64_t)out[i].payload_mismatch;
             c[i].state = NC_DONE;
@@ -749,40 +762,22 @@ static void defer_deletion(wxg__guard_redis_t *rg, const wxg__guard_keys_t *k)
  * attempts of this complete leave (below: the marker is written over it). */
 enum { NC_OK, NC_POINTER, NC_UNDO_DONE, NC_UNDO_LOST, NC_WRITE, NC_REWRITE };
 
-/* Whether x is from + j * delta for some j >= 1: what j HINCRBYs of delta leave on a field
- * that held `from`. Exact (stepwise, stopping where 64 bits end: Redis refuses an increment
- * past them, so no field holds more steps than fit). */
-static int steps_from(long long x, long long from, long long delta)
-{
-    long long v = from;
-    for (int j = 1; j <= 64 && delta != 0; j++) {
-        if (delta > 0 ? v > LLONG_MAX - delta : v < LLONG_MIN - delta)
-            return 0;
-        v += delta;
-        if (v == x)
-            return 1;
-    }
-    return 0;
-}
-
 /* Classifies the field's value before this HINCRBY of delta = tag - value. A complete whose
  * answer never came (a timeout, a lost connection) or whose WAIT fell short is retried by its
  * caller, and every attempt that reached Redis added delta: on this claim's value that is the
- * marker and then marker + j * delta, on an empty field j * delta. Such a field is written
- * over with the marker (NC_REWRITE, answered ALREADY_DONE), as is one so far along that the
- * increment would overflow: only repeated completes make a field that large, and a complete
- * means every plugin ran. Without this a claim would find the field neither a marker nor a
- * value and answer BUSY for as long as the bucket lives. */
-static int complete_kind(long long before, long long value, int tag)
+ * marker and then marker + j * delta, on an empty field j * delta. Any such value is negative
+ * and below every marker: a spent value (lib/guard_record.def), which only a complete, i.e.
+ * after every plugin ran, leaves. It is written over with the marker (NC_REWRITE, answered
+ * ALREADY_DONE), as is a field so far along that the increment would overflow. */
+static int complete_kind(long long before, long long value)
 {
-    long long delta = tag - value;
     if (before == value)
         return NC_OK;
     if (before == 0)
         return NC_WRITE;
     if (before >= -32768 && before <= 32767)
         return NC_UNDO_DONE;
-    if (steps_from(before, tag, delta) || steps_from(before, 0, delta))
+    if (before < -32768)
         return NC_REWRITE;
     return NC_UNDO_LOST;
 }
@@ -839,7 +834,7 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
             break;
         }
         long long delta = t[i].payload_tag - st[i].value;
-        kind[i] = complete_kind(r->integer - delta, st[i].value, t[i].payload_tag);
+        kind[i] = complete_kind(r->integer - delta, st[i].value);
     }
     npipe_free(&p);
     return rc;

@@ -87,9 +87,16 @@ local function is_pointer(v)
   return v == 'R'
 end
 
--- A DONE marker is a payload tag: an integer of at most six characters ('-32768').
+-- A spent value: a negative integer below every marker, which only a native complete's
+-- increments leave (lib/guard_record.def). The message was completed; its tag is unknown.
+local function is_spent(v)
+  return #v > 6 and string.find(v, '^%-%d+$') ~= nil
+end
+
+-- A DONE marker is a payload tag: an integer of at most six characters ('-32768'); a spent
+-- value counts as DONE too.
 local function is_done(v)
-  return #v <= 6 and string.find(v, '^%-?%d+$') ~= nil
+  return (#v <= 6 and string.find(v, '^%-?%d+$') ~= nil) or is_spent(v)
 end
 
 local function inf_fence(v)

@@ -58,7 +58,7 @@ for i = 1, #KEYS / KPM do
       res = -fence
     end
   elseif is_done(v) then
-    res = (v == tag) and 2 or 3
+    res = (v == tag or is_spent(v)) and 2 or 3
   elseif is_inflight(v) then
     local until_ = inf_lease(v)
     if until_ > now then
@@ -73,8 +73,8 @@ for i = 1, #KEYS / KPM do
       res = {1, fence, 2, plugins_of(plugins_key(i))}
     end
   elseif not is_pointer(v) then
-    -- Neither a marker, an in-flight value nor a pointer: a native complete caught between
-    -- its HINCRBY and the repair of a field it found empty (lib/guard_native.c). Never
+    -- Neither a marker, a spent or in-flight value nor a pointer: a native complete's
+    -- increment on another claim's value, caught before its undo (lib/guard_native.c). Never
     -- acknowledged: retried a moment later.
     res = {3, 50}
   else

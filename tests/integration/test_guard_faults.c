@@ -600,6 +600,85 @@ static void a_complete_of_a_forgotten_claim_run_after_its_answer_was_lost_ends_d
     wxg_guard_destroy(w);
 }
 
+/* Where a native complete's increments leave a field when its completer dies before their
+ * repair: `times` increments of tag - value onto the claim's in-flight value (empty: onto a
+ * field Redis lost), done here by hand as the dead completer's commands were. */
+static void increments_left_by_a_dead_completer(fixture *f, int times, int empty)
+{
+    redisContext *x = gt_redis("127.0.0.1", f->redis.port, NULL);
+    char pattern[96], **keys = NULL;
+    snprintf(pattern, sizeof pattern, "%s*:d:*", f->prefix);
+    assert_int_equal(gt_scan(x, pattern, &keys), 1);
+    const char *argv[4] = {"HGETALL", keys[0]};
+    redisReply *r = gt_cmd(x, 2, argv);
+    assert_int_equal(r->elements, 2);
+    long long value = strtoll(r->element[1]->str, NULL, 10), tag = 1; /* no payload: tag 1 */
+    char field[64], delta[32];
+    size_t fl = r->element[0]->len;
+    memcpy(field, r->element[0]->str, fl);
+    freeReplyObject(r);
+    snprintf(delta, sizeof delta, "%lld", tag - value);
+    if (empty) {
+        const char *dargv[3] = {"HDEL", keys[0], field};
+        size_t dlens[3] = {4, strlen(keys[0]), fl};
+        r = redisCommandArgv(x, 3, dargv, dlens);
+        assert_non_null(r);
+        freeReplyObject(r);
+    }
+    for (int i = 0; i < times; i++) {
+        const char *iargv[4] = {"HINCRBY", keys[0], field, delta};
+        size_t ilens[4] = {7, strlen(keys[0]), fl, strlen(delta)};
+        r = redisCommandArgv(x, 4, iargv, ilens);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        /* The first onto the value is the marker itself; any other leaves the field spent:
+         * below every marker. */
+        assert_true(r->integer == tag ? !empty && i == 0 : r->integer < -32768);
+        freeReplyObject(r);
+    }
+    gt_free_keys(keys);
+    redisFree(x);
+}
+
+/* The message was completed (only a complete writes those increments): a claim from another
+ * handle answers DUPLICATE without a payload mismatch rather than BUSY for the bucket's life,
+ * inspect says DONE, and the dead completer's ticket finds it done. */
+static void a_field_left_spent_by_a_dead_completer_reads_as_done(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        int times, empty;
+    } cases[] = {{2, 0}, {1, 1}, {3, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "bot:n:%zu", 30 + k);
+        wxg_guard_claim_t c, d;
+        assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+        assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+        increments_left_by_a_dead_completer(f, cases[k].times, cases[k].empty);
+        wxg_guard_t *other = other_handle(f, 0);
+        assert_int_equal(wxg_guard_claim(other, key, strlen(key), NULL, &d), 0);
+        assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
+        assert_false(d.payload_mismatch);
+        wxg_guard_record_t *rec = NULL;
+        assert_int_equal(wxg_guard_inspect(other, key, strlen(key), NULL, &rec), 0);
+        assert_int_equal(rec->state, WXG_GUARD_DONE);
+        wxg_guard_record_free(rec);
+        int already = -1;
+        assert_int_equal(wxg_guard_complete(f->g, &c.ticket, &already), 0);
+        assert_int_equal(already, 1);
+        assert_done(f, key);
+        wxg_guard_claim_clear(&c);
+        wxg_guard_claim_clear(&d);
+        wxg_guard_destroy(other);
+        /* The next case finds its own bucket alone. */
+        redisContext *x = gt_redis("127.0.0.1", f->redis.port, NULL);
+        const char *fargv[1] = {"FLUSHALL"};
+        freeReplyObject(gt_cmd(x, 1, fargv));
+        redisFree(x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -632,6 +711,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             a_complete_of_a_forgotten_claim_run_after_its_answer_was_lost_ends_done, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(a_field_left_spent_by_a_dead_completer_reads_as_done, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
