@@ -952,7 +952,7 @@ int wxgb_guard_main(int argc, char **argv)
     printf("- date: %s\n- machine: %ld CPUs, %s\n- redis-server %s at %s:%d db %d\n", date,
            sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.host, o.port, o.db);
     printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms, duplicates "
-           "(lua, seed): %.0f %%\n\n",
+           "(native, lua, seed): %.0f %%\n\n",
            (unsigned long long)o.messages, o.batch,
            (long long)(o.bucket_ms > 0 ? o.bucket_ms : 7LL * 86400000), o.dup * 100);
     printf("| design | threads | messages/s (claim+complete pairs without duplicates) | "
