@@ -187,7 +187,10 @@ typedef struct wxg__guard_sentinel {
     int port;
 } wxg__guard_sentinel_t;
 
-#define WXG__GEOM_CACHE 8
+/* Time buckets whose selector bits a handle remembers: more than a claim's window holds (at
+ * most retention / width + 1 = 65, and the clock margin's worth more), so that a steady handle
+ * asks Redis once per time bucket. */
+#define WXG__GEOM_CACHE 72
 
 /* The state of a Redis design's handle (its wxg__guard_impl). */
 typedef struct wxg__guard_redis {

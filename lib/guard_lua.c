@@ -231,21 +231,20 @@ int wxg__guard_batch_window(wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
     /* The layout of each time bucket first (lib/guard_geom.c: it may ask Redis, once per time
      * bucket and handle); a script may write into the current one or, near a boundary, the
      * next one, whose layouts must therefore be stamped before it runs. */
-    int sel[66];
-    for (int j = 0; j < b->nb && j < 66; j++) {
-        int rc = wxg__guard_sel(rg, hi - j, hi - j >= cur, &sel[j]);
-        if (rc)
-            return rc;
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        for (int j = 0; j < b->nb; j++) {
+    int *sel = calloc((size_t)b->nb, sizeof *sel);
+    int rc = sel ? 0 : WXG_ENOMEM;
+    for (int j = 0; j < b->nb && rc == 0; j++)
+        rc = wxg__guard_sel(rg, hi - j, hi - j >= cur, &sel[j]);
+    for (size_t i = 0; i < b->n && rc == 0; i++) {
+        for (int j = 0; j < b->nb && rc == 0; j++) {
             char *name = b->names + (i * (size_t)b->nb + (size_t)j) * WXG__KEY_MAX;
-            int rc = wxg__guard_bucket_of(rg->prefix, &rg->geom, sel[j], b->items[i].fp, hi - j,
-                                          name, WXG__KEY_MAX);
-            if (rc)
-                return rc;
+            rc = wxg__guard_bucket_of(rg->prefix, &rg->geom, sel[j], b->items[i].fp, hi - j, name,
+                                      WXG__KEY_MAX);
         }
     }
+    free(sel);
+    if (rc)
+        return rc;
     wxg__guard_batch_hdr_num(b, b->nb);
     wxg__guard_batch_hdr_num(b, (long long)hi);
     wxg__guard_batch_hdr_num(b, (long long)width);

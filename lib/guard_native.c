@@ -321,11 +321,14 @@ static int claim_round1(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
                         uint64_t fence, npipe_t *p, char *names, int nold, char *expire_at)
 {
     char owner[WXG_GUARD_OWNER_LEN + 1];
-    int sel = 0, old[66];
-    int rc = wxg__guard_inflight_owner(fence, owner);
+    int sel = 0;
+    /* The selector bits of each older live time bucket (as many as the window holds: up to
+     * retention / width + 1, plus the clock margin's worth when the width is tiny). */
+    int *old = calloc(nold > 0 ? (size_t)nold : 1, sizeof *old);
+    int rc = old ? wxg__guard_inflight_owner(fence, owner) : WXG_ENOMEM;
     if (rc == 0)
         rc = sel_of(rg, tb, 1, &sel);
-    for (int j = 0; j < nold && j < 66 && rc == 0; j++)
+    for (int j = 0; j < nold && rc == 0; j++)
         rc = sel_of(rg, tb - 1 - j, 0, &old[j]);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (fps)
@@ -346,14 +349,15 @@ static int claim_round1(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
         c[i].hsetnx = npipe_add(p, 4, "HSETNX", 6, c[i].cur, cl, (const char *)c[i].k.field,
                                 c[i].k.field_len, c[i].value, strlen(c[i].value));
         npipe_add(p, 3, "PEXPIREAT", 9, c[i].cur, cl, expire_at, strlen(expire_at), NULL, 0);
-        for (int j = 0; j < nold; j++) {
+        for (int j = 0; j < nold && rc == 0; j++) {
             char *nm = names + (i * (size_t)nold + (size_t)j) * WXG__KEY_MAX;
-            if (bucket_name(rg, c[i].fp, old[j], tb - 1 - j, nm) != 0)
-                return WXG_EINVAL;
-            npipe_add(p, 3, "HGET", 4, nm, strlen(nm), (const char *)c[i].k.field, c[i].k.field_len,
-                      NULL, 0);
+            rc = bucket_name(rg, c[i].fp, old[j], tb - 1 - j, nm);
+            if (rc == 0)
+                npipe_add(p, 3, "HGET", 4, nm, strlen(nm), (const char *)c[i].k.field,
+                          c[i].k.field_len, NULL, 0);
         }
     }
+    free(old);
     return rc;
 }
 

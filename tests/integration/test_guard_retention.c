@@ -366,6 +366,35 @@ static void the_adaptive_layout_follows_the_rate_and_keeps_older_markers_found(v
     wxg_guard_destroy(g);
 }
 
+/* The narrowest widths the layout allows (retention / width = 64) with a short retention: a
+ * claim's window then also spans the clock margin's worth of time buckets on either side, 130
+ * here, each with its own layout. Every step still works, and a marker is found. */
+static void a_window_of_many_narrow_time_buckets_works(void **state)
+{
+    (void)state;
+    char prefix[64];
+    wxg_guard_conf_t c;
+    gt_conf(&c, wxg_test_redis_host(), wxg_test_redis_port(), "narrow", prefix, sizeof prefix);
+    c.done_retention_ms = 4000;
+    c.done_bucket_ms = 4000 / 64;
+    wxg_guard_t *g = gt_open(&c);
+    enum { N = 20 };
+    for (int i = 0; i < N; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "bot:narrow:%d", i);
+        wxg_guard_claim_t cl, d;
+        assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &cl), 0);
+        assert_int_equal(cl.outcome, WXG_GUARD_CLAIMED);
+        assert_int_equal(wxg_guard_complete(g, &cl.ticket, NULL), 0);
+        wxg_test_sleep_ms(30); /* a few time buckets apart */
+        assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &d), 0);
+        assert_int_equal(d.outcome, WXG_GUARD_DUPLICATE);
+        wxg_guard_claim_clear(&cl);
+        wxg_guard_claim_clear(&d);
+    }
+    wxg_guard_destroy(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +403,7 @@ int main(void)
         cmocka_unit_test(done_buckets_stay_in_the_compact_listpack_encoding),
         cmocka_unit_test(a_second_layout_on_the_same_prefix_is_refused_at_startup),
         cmocka_unit_test(the_adaptive_layout_follows_the_rate_and_keeps_older_markers_found),
+        cmocka_unit_test(a_window_of_many_narrow_time_buckets_works),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
