@@ -303,11 +303,6 @@ int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmd
  * Redis (once per time bucket and handle). 0 or an error code, with the last error set. */
 int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel);
 
-/* The name of fingerprint fp's DONE bucket of time bucket tb (wxg__guard_sel, then
- * wxg__guard_bucket_of). */
-int wxg__guard_bucket(wxg__guard_redis_t *rg, const unsigned char fp[32], int64_t tb, int create,
-                      char *out, size_t size);
-
 /* Samples the server's clock with TIME on the live connection. 0 or an error code. */
 int wxg__guard_clock_sample(wxg__guard_redis_t *rg);
 

@@ -246,11 +246,3 @@ int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
     cache_put(rg, tb, *sel, 1);
     return 0;
 }
-
-int wxg__guard_bucket(wxg__guard_redis_t *rg, const unsigned char fp[32], int64_t tb, int create,
-                      char *out, size_t size)
-{
-    int sel = 0;
-    int rc = wxg__guard_sel(rg, tb, create, &sel);
-    return rc ? rc : wxg__guard_bucket_of(rg->prefix, &rg->geom, sel, fp, tb, out, size);
-}
