@@ -232,6 +232,24 @@ static int sentinel_conf(const wxg_test_redis_t *r, char *path, size_t size)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* Says on stderr why server r did not start: what happened and the last line its log holds
+ * (Redis logs the reason it exits, such as a port it cannot bind), so a fixture that gives up
+ * leaves the cause in the test's output. */
+static void spawn_failed(const wxg_test_redis_t *r, const char *what, int status)
+{
+    char path[600], line[512], last[512] = "";
+    snprintf(path, sizeof path, "%s/redis.log", r->dir);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (line[0] != '\n')
+            snprintf(last, sizeof last, "%s", line);
+    if (f)
+        fclose(f);
+    last[strcspn(last, "\n")] = '\0';
+    fprintf(stderr, "redis-server on port %d %s (status %d): %s\n", r->port, what, status,
+            last[0] ? last : "(nothing logged)");
+}
+
 static int redis_spawn(wxg_test_redis_t *r)
 {
     char port[16], logfile[600], primary[16], conf[600];
@@ -332,13 +350,47 @@ static int redis_spawn(wxg_test_redis_t *r)
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             r->pid = 0;
+            spawn_failed(r, "exited", status);
             return -1;
         }
         if (r->tls_dir ? redis_serves_tls(r, pid) : redis_serves(r->port, r->password, pid))
             return 0;
         wxg_test_sleep_ms(50);
     }
+    spawn_failed(r, "did not become ready", 0);
     wxg_test_redis_kill(r);
+    return -1;
+}
+
+/* True when nothing holds 127.0.0.1:port. Binding without SO_REUSEADDR is stricter than the
+ * server's own bind, so a port this accepts, the server can take. */
+static int port_is_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port for server r. A cluster node also listens on its bus port, which Redis puts 10000
+ * above the client port: an ephemeral port above 55535 makes the node exit at once ("port
+ * number too high"), about one pick in five from Linux's default range, and a bus port some
+ * other socket holds makes it exit too. Both are ruled out before the start. */
+static int server_port(const wxg_test_redis_t *r)
+{
+    for (int pick = 0; pick < 200; pick++) {
+        int port = wxg_test_free_port();
+        if (port <= 0)
+            return -1;
+        if (!r->cluster)
+            return port;
+        if (port + 10000 <= 65535 && port_is_free(port + 10000))
+            return port;
+    }
     return -1;
 }
 
@@ -346,8 +398,10 @@ static int start_on_free_port(wxg_test_redis_t *r)
 {
     if (!r->dir)
         return -1;
+    r->starts = 0;
     for (int attempt = 0; attempt < 5; attempt++) {
-        r->port = wxg_test_free_port();
+        r->port = server_port(r);
+        r->starts++;
         if (r->port > 0 && redis_spawn(r) == 0)
             return 0;
     }
@@ -737,6 +791,14 @@ int wxg_test_cluster_wait_ok(const wxg_test_cluster_t *c, int64_t timeout_ms)
         }
     }
     return 0;
+}
+
+int wxg_test_cluster_node_start(wxg_test_redis_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-cluster");
+    r->cluster = 1;
+    return start_on_free_port(r);
 }
 
 static int cluster_start(wxg_test_cluster_t *c, int primaries, int replicas, const char *pki)

@@ -63,6 +63,7 @@ typedef struct wxg_test_redis {
     char *tls_cert;
     int tls_auth_clients;
     int cluster; /* --cluster-enabled yes (nodes.conf in dir, node timeout 2 s) */
+    int starts;  /* servers the last start spawned before one served (1: the first port did) */
 } wxg_test_redis_t;
 
 /* A Redis Cluster on loopback: `primaries` primaries with `replicas` replicas each, made with
@@ -73,6 +74,10 @@ typedef struct wxg_test_cluster {
     int n;
     char seeds[WXG_TEST_CLUSTER_MAX * 24]; /* "127.0.0.1:port,..." of every node */
 } wxg_test_cluster_t;
+
+/* Starts one cluster-enabled node that belongs to no cluster yet (a plain one, no TLS). 0 or
+ * -1; stop it with wxg_test_redis_stop(). */
+int wxg_test_cluster_node_start(wxg_test_redis_t *r);
 
 /* Starts the nodes, creates the cluster (slots spread evenly over the primaries, replicas
  * assigned by redis-cli), and waits until every node reports cluster_state:ok with all 16384
