@@ -1,5 +1,6 @@
-/* The guard (public API, today's Lua design) against a private Redis Cluster of 3 primaries with
- * a replica each (conf.cluster_nodes), without slot migrations:
+/* The guard (public API; the native design, and the Lua one as test_guard_cluster_lua) against
+ * a private Redis Cluster of 3 primaries with a replica each (conf.cluster_nodes), without slot
+ * migrations:
  *   - claim, complete and duplicates of 3,000 keys in batches across many shards, with WAIT for
  *     one replica on every primary written to;
  *   - the guard's keys spread over the primaries: with guard.shards 1024 each holds between 25 %
