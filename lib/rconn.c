@@ -2,13 +2,15 @@
  * DESIGN: wxguard's Redis connection -- hiredis's protocol over our own sockets.
  *
  * Purpose: every Redis user in wxguard (the guard's workers and watchdog, Sentinel discovery,
- * wxguardctl and the benchmark through the guard, the benchmark's own probes) talks to Redis
- * through this file. hiredis 0.14.1 is used for what does no I/O -- redisFormatCommandArgv and
- * the RESP reader -- and the sockets are ours, for three reasons: TLS (hiredis 0.14.1 has none,
- * and its blocking context cannot be given another transport), deadlines on every step (a
- * blocking hiredis context times out per read() call, so a server that trickles a reply can
- * hold a call far past its timeout), and pipelines whose replies are counted, so a failure says
- * which commands have an unknown outcome.
+ * the Redis Cluster client, wxguardctl and the benchmark through the guard, and the benchmark's
+ * own connections -- its probes and the designs it measures without the guard, through
+ * cmd/wxguard-bench/bench_redis.c) talks to Redis through this file, so each of them reaches a
+ * TLS-only or ACL-protected server with the same redis.* settings. hiredis 0.14.1 is used for
+ * what does no I/O -- redisFormatCommandArgv and the RESP reader -- and the sockets are ours,
+ * for three reasons: TLS (hiredis 0.14.1 has none, and its blocking context cannot be given
+ * another transport), deadlines on every step (a blocking hiredis context times out per read()
+ * call, so a server that trickles a reply can hold a call far past its timeout), and pipelines
+ * whose replies are counted, so a failure says which commands have an unknown outcome.
  *
  * Shape: a connection is a non-blocking socket, an optional OpenSSL session on it, a send
  * buffer of formatted commands and a RESP reader. wxg__rconn_exchange() writes the buffer and

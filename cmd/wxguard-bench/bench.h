@@ -67,20 +67,23 @@ char *wxgb_props(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* At most this many --set options per run. */
 #define WXGB_SETS_MAX 64
 
-/* Redis server counters (bench_guard.c); each exits the program if INFO fails. */
-struct redisContext;
+/* Redis server counters (bench_guard.c), over a probe connection (bench_redis.h); each exits
+ * the program if INFO fails. */
+struct wxgb_redis;
+struct wxg_guard_conf;
 /* A numeric field of INFO <section>. */
-double wxgb_info_field(struct redisContext *c, const char *section, const char *field);
+double wxgb_info_field(struct wxgb_redis *c, const char *section, const char *field);
 /* used_cpu_sys + used_cpu_user, in seconds. */
-double wxgb_redis_cpu_s(struct redisContext *c);
+double wxgb_redis_cpu_s(struct wxgb_redis *c);
 /* Data commands Redis has run so far (INFO commandstats without script calls themselves and
  * administration), so that the commands scripts run are counted. */
-double wxgb_data_calls(struct redisContext *c);
-/* Connects (plain TCP) to every primary of the Redis Cluster whose seed nodes are `seeds`
- * ("host:port,...", CLUSTER SLOTS of the first), at most max of them: out[i] and names[i]
- * ("host:port"). Returns how many; exits the program when a node cannot be reached. */
-int wxgb_cluster_primaries(const char *seeds, struct redisContext **out, char (*names)[300],
-                           int max);
+double wxgb_data_calls(struct wxgb_redis *c);
+/* Connects to every primary of the Redis Cluster whose seed nodes are `seeds` ("host:port,...",
+ * CLUSTER SLOTS of the first), at most max of them, with the TLS settings and credentials of
+ * `gc` (the mapped keys): out[i] and names[i] ("host:port"). Returns how many; exits the
+ * program when a node cannot be reached. */
+int wxgb_cluster_primaries(const char *seeds, const struct wxg_guard_conf *gc,
+                           struct wxgb_redis **out, char (*names)[300], int max);
 
 /* wxguard-bench guard --rate (bench_rate.c): memory per DONE marker at the steady-state density
  * of each rate in `rates` (a comma-separated list of messages/s) with the layout the guard
@@ -88,7 +91,7 @@ int wxgb_cluster_primaries(const char *seeds, struct redisContext **out, char (*
  * the empty database `admin` is connected to (flushed between rates). Prints a table; returns
  * the exit status. */
 struct wxg_conf_s;
-int wxgb_rate_run(struct redisContext *admin, const struct wxg_conf_s *conf, const char *rates,
+int wxgb_rate_run(struct wxgb_redis *admin, const struct wxg_conf_s *conf, const char *rates,
                   uint64_t markers);
 
 /* Shared helpers (main.c); the clock is prog_mono_us() (cmd/common/progclock.h). */

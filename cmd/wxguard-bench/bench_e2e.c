@@ -23,7 +23,6 @@
  * shows the share of messages it answered.
  */
 #include <getopt.h>
-#include <hiredis/hiredis.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -35,6 +34,7 @@
 #include <sys/resource.h>
 
 #include "bench.h"
+#include "bench_redis.h"
 #include "wxguard/conf.h"
 #include "wxguard/consumer.h"
 #include "wxguard/dlq.h"
@@ -162,23 +162,26 @@ typedef struct e2e_row {
 
 #define E2E_PRIMARIES_MAX 16
 
-static redisContext *admin_connect(const e2e_opts *o);
-
-/* Connections for the Redis figures: the server, or every primary of the cluster. Returns how
- * many (0 on failure). */
-static int admins_connect(const e2e_opts *o, redisContext **out)
+/* Connections for the Redis figures, made as the guard `gc` connects (TLS, AUTH, SELECT):
+ * the server, or every primary of the cluster. Returns how many (0 on failure). */
+static int admins_connect(const e2e_opts *o, const wxg_guard_conf_t *gc, wxgb_redis_t **out)
 {
     if (o->cluster) {
         char names[E2E_PRIMARIES_MAX][300];
-        return wxgb_cluster_primaries(o->cluster, out, names, E2E_PRIMARIES_MAX);
+        return wxgb_cluster_primaries(o->cluster, gc, out, names, E2E_PRIMARIES_MAX);
     }
-    out[0] = admin_connect(o);
-    return out[0] ? 1 : 0;
+    char err[512] = "";
+    out[0] = wxgb_redis_connect(gc, NULL, 0, err, sizeof err);
+    if (!out[0]) {
+        fprintf(stderr, "e2e: cannot connect to Redis: %s\n", err);
+        return 0;
+    }
+    return 1;
 }
 
 /* Sums of Redis CPU seconds, data calls and used_memory over the servers; cpu (nadmin
  * entries) gets each one's CPU. */
-static void redis_sample(redisContext **admins, int nadmin, double *cpu, double *cpu_sum,
+static void redis_sample(wxgb_redis_t **admins, int nadmin, double *cpu, double *cpu_sum,
                          double *calls, double *mem)
 {
     *cpu_sum = *calls = *mem = 0;
@@ -190,29 +193,16 @@ static void redis_sample(redisContext **admins, int nadmin, double *cpu, double 
     }
 }
 
-static redisContext *admin_connect(const e2e_opts *o)
-{
-    struct timeval tv = {2, 0};
-    redisContext *r = redisConnectWithTimeout(o->redis_host, o->redis_port, tv);
-    if (!r || r->err) {
-        fprintf(stderr, "e2e: cannot connect to Redis: %s\n", r ? r->errstr : "out of memory");
-        if (r)
-            redisFree(r);
-        return NULL;
-    }
-    return r;
-}
-
 /* Deletes every key of a finished row (its prefix is unique to the row), so that each row
  * starts from the Redis the first one found: a naive row alone leaves about 140,000 keys, and
  * a larger keyspace makes every later row's commands dearer. Returns the keys deleted. */
-static long long drop_prefix(redisContext *r, const char *prefix)
+static long long drop_prefix(wxgb_redis_t *r, const char *prefix)
 {
     char match[80], cursor[32] = "0";
     snprintf(match, sizeof match, "%s*", prefix);
     long long dropped = 0;
     do {
-        redisReply *rep = redisCommand(r, "SCAN %s MATCH %s COUNT 1000", cursor, match);
+        redisReply *rep = wxgb_redis_cmd(r, "SCAN", cursor, "MATCH", match, "COUNT", "1000", NULL);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
             if (rep)
                 freeReplyObject(rep);
@@ -230,7 +220,7 @@ static long long drop_prefix(redisContext *r, const char *prefix)
                     argv[i + 1] = keys->element[i]->str;
                     lens[i + 1] = keys->element[i]->len;
                 }
-                redisReply *d = redisCommandArgv(r, (int)keys->elements + 1, argv, lens);
+                redisReply *d = wxgb_redis_cmd_argv(r, (int)keys->elements + 1, argv, lens);
                 if (d && d->type == REDIS_REPLY_INTEGER)
                     dropped += d->integer;
                 if (d)
@@ -328,8 +318,8 @@ static e2e_row consume(const e2e_opts *o, const char *topic, const char *tag, in
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
-    redisContext *admins[E2E_PRIMARIES_MAX];
-    int nadmin = admins_connect(o, admins);
+    wxgb_redis_t *admins[E2E_PRIMARIES_MAX];
+    int nadmin = admins_connect(o, &gc, admins);
     if (!nadmin)
         snprintf(err, sizeof err, "cannot connect to Redis");
     wxg_consumer_t *c = dlq && nadmin ? wxg_consumer_new(&cc, err, sizeof err) : NULL;
@@ -419,7 +409,7 @@ out:
     for (int i = 0; i < nadmin; i++) {
         if (drop_prefix(admins[i], prefix) < 0)
             fprintf(stderr, "e2e: could not delete the keys of %s*\n", prefix);
-        redisFree(admins[i]);
+        wxgb_redis_free(admins[i]);
     }
     wxg_dlq_destroy(dlq);
     wxg_producer_destroy(prod, 1000);

@@ -25,7 +25,6 @@
  * someone else's data. Point it at a private redis-server.
  */
 #include <errno.h>
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -38,6 +37,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_redis.h"
 #include "wxguard/conf.h"
 #include "wxguard/guard.h"
 
@@ -71,6 +71,10 @@ typedef struct opts {
     size_t nsets;
     struct wxg_conf_s *conf; /* the keys: the options above, then the --set ones */
     const char *cluster;     /* --cluster: seed nodes of a Redis Cluster, or NULL */
+    /* The keys mapped once, for the benchmark's own connections (bench_redis.h): the server,
+     * TLS and credentials the guard gets. */
+    wxg_guard_conf_t redis;
+    char redis_prefix[WXG_GUARD_PREFIX_MAX + 1];
 } opts;
 
 typedef struct job {
@@ -98,26 +102,20 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
-static redisContext *connect_admin(const opts *o)
+/* A connection to the server the guard is configured for (TLS, AUTH and SELECT included). */
+static wxgb_redis_t *connect_admin(const opts *o)
 {
-    struct timeval tv = {.tv_sec = 30, .tv_usec = 0};
-    redisContext *c = redisConnectWithTimeout(o->host, o->port, tv);
-    if (!c || c->err)
-        die("cannot connect to %s:%d: %s", o->host, o->port, c ? c->errstr : "out of memory");
-    redisSetTimeout(c, tv);
-    if (o->db) {
-        redisReply *r = redisCommand(c, "SELECT %d", o->db);
-        if (!r || r->type == REDIS_REPLY_ERROR)
-            die("SELECT %d failed", o->db);
-        freeReplyObject(r);
-    }
+    char err[512] = "";
+    wxgb_redis_t *c = wxgb_redis_connect(&o->redis, NULL, 0, err, sizeof err);
+    if (!c)
+        die("cannot connect: %s", err);
     return c;
 }
 
 /* A numeric field from INFO <section>. */
-double wxgb_info_field(redisContext *c, const char *section, const char *field)
+double wxgb_info_field(wxgb_redis_t *c, const char *section, const char *field)
 {
-    redisReply *r = redisCommand(c, "INFO %s", section);
+    redisReply *r = wxgb_redis_cmd(c, "INFO", section, NULL);
     if (!r || r->type != REDIS_REPLY_STRING)
         die("INFO %s failed", section);
     size_t fl = strlen(field);
@@ -137,15 +135,15 @@ double wxgb_info_field(redisContext *c, const char *section, const char *field)
     return v;
 }
 
-double wxgb_redis_cpu_s(redisContext *c)
+double wxgb_redis_cpu_s(wxgb_redis_t *c)
 {
     return wxgb_info_field(c, "cpu", "used_cpu_sys") + wxgb_info_field(c, "cpu", "used_cpu_user");
 }
 
-static void info_string(redisContext *c, const char *section, const char *field, char *out,
+static void info_string(wxgb_redis_t *c, const char *section, const char *field, char *out,
                         size_t size)
 {
-    redisReply *r = redisCommand(c, "INFO %s", section);
+    redisReply *r = wxgb_redis_cmd(c, "INFO", section, NULL);
     snprintf(out, size, "?");
     if (r && r->type == REDIS_REPLY_STRING) {
         const char *p = strstr(r->str, field);
@@ -159,19 +157,19 @@ static void info_string(redisContext *c, const char *section, const char *field,
         freeReplyObject(r);
 }
 
-static long long dbsize(redisContext *c)
+static long long dbsize(wxgb_redis_t *c)
 {
-    redisReply *r = redisCommand(c, "DBSIZE");
+    redisReply *r = wxgb_redis_cmd(c, "DBSIZE", NULL);
     if (!r || r->type != REDIS_REPLY_INTEGER)
-        die("DBSIZE failed");
+        die("DBSIZE failed%s%s", r ? "" : ": ", r ? "" : wxgb_redis_errstr(c));
     long long n = r->integer;
     freeReplyObject(r);
     return n;
 }
 
-static void flushdb(redisContext *c)
+static void flushdb(wxgb_redis_t *c)
 {
-    redisReply *r = redisCommand(c, "FLUSHDB SYNC");
+    redisReply *r = wxgb_redis_cmd(c, "FLUSHDB", "SYNC", NULL);
     if (!r || r->type == REDIS_REPLY_ERROR)
         die("FLUSHDB failed");
     freeReplyObject(r);
@@ -275,7 +273,7 @@ static void *guard_worker(void *arg)
 static void *naive_worker(void *arg)
 {
     job *j = arg;
-    redisContext *c = connect_admin(j->o);
+    wxgb_redis_t *c = connect_admin(j->o);
     char key[96], owner[40];
     const char *cl[6] = {"SET", key, owner, "NX", "PX", "30000"};
     const char *dn[5] = {"SET", key, "D", "EX", "604800"};
@@ -295,41 +293,37 @@ static void *naive_worker(void *arg)
                          (unsigned long long)j->tid);
                 cll[1] = dnl[1] = (size_t)kl;
                 if (phase == 0)
-                    redisAppendCommandArgv(c, 6, cl, cll);
+                    wxgb_redis_append_argv(c, 6, cl, cll);
                 else
-                    redisAppendCommandArgv(c, 5, dn, dnl);
+                    wxgb_redis_append_argv(c, 5, dn, dnl);
             }
-            for (uint64_t i = 0; i < n; i++) {
-                void *r = NULL;
-                if (redisGetReply(c, &r) != REDIS_OK || !r)
-                    die("naive: %s", c->errstr);
-                redisReply *rr = r;
-                if (rr->type != REDIS_REPLY_STATUS)
-                    j->failures++;
-                freeReplyObject(rr);
-            }
+            size_t got = 0;
+            redisReply **rr = wxgb_redis_replies(c, &got);
+            if (!rr)
+                die("naive: %s", wxgb_redis_errstr(c));
+            for (size_t i = 0; i < got; i++)
+                j->failures += rr[i]->type != REDIS_REPLY_STATUS;
             j->round_trips++;
         }
         done += n;
     }
-    redisFree(c);
+    wxgb_redis_free(c);
     return NULL;
 }
 
 /* Reads n replies; counts those of the wrong type (want: a REDIS_REPLY_* type, or -1 for any
  * non-error reply) and stores in ok[i] whether reply i was a nil (nil_ok) or a non-nil. */
-static void seed_replies(redisContext *c, size_t n, int nil_ok, unsigned char *ok, job *j)
+static void seed_replies(wxgb_redis_t *c, size_t n, int nil_ok, unsigned char *ok, job *j)
 {
+    size_t got = 0;
+    redisReply **rr = wxgb_redis_replies(c, &got);
+    if (!rr || got != n)
+        die("seed: %s", wxgb_redis_errstr(c));
     for (size_t i = 0; i < n; i++) {
-        void *r = NULL;
-        if (redisGetReply(c, &r) != REDIS_OK || !r)
-            die("seed: %s", c->errstr);
-        redisReply *rr = r;
-        if (rr->type == REDIS_REPLY_ERROR)
+        if (rr[i]->type == REDIS_REPLY_ERROR)
             j->failures++;
         if (ok)
-            ok[i] = nil_ok ? rr->type == REDIS_REPLY_NIL : rr->type != REDIS_REPLY_NIL;
-        freeReplyObject(rr);
+            ok[i] = nil_ok ? rr[i]->type == REDIS_REPLY_NIL : rr[i]->type != REDIS_REPLY_NIL;
     }
     j->round_trips++;
 }
@@ -340,7 +334,7 @@ static void seed_replies(redisContext *c, size_t n, int nil_ok, unsigned char *o
 static void *seed_worker(void *arg)
 {
     job *j = arg;
-    redisContext *c = connect_admin(j->o);
+    wxgb_redis_t *c = connect_admin(j->o);
     enum { D = 64 };
     char keys[D][64], pk[D][96], lk[D][96], owner[40];
     unsigned char fresh[D], locked[D];
@@ -351,7 +345,7 @@ static void *seed_worker(void *arg)
             delivery_key(j->o, keys[i], sizeof keys[i], j->run, j->tid, done + i, &unique);
             snprintf(pk[i], sizeof pk[i], "seed:processed:%.63s", keys[i]);
             snprintf(lk[i], sizeof lk[i], "seed:lock:%.63s", keys[i]);
-            redisAppendCommand(c, "GET %s", pk[i]);
+            wxgb_redis_append(c, "GET", pk[i], NULL);
         }
         seed_replies(c, n, 1, fresh, j);
         size_t m = 0;
@@ -359,7 +353,7 @@ static void *seed_worker(void *arg)
             if (!fresh[i])
                 continue;
             snprintf(owner, sizeof owner, "%016llx", (unsigned long long)(done + i));
-            redisAppendCommand(c, "SET %s %s NX PX 30000", lk[i], owner);
+            wxgb_redis_append(c, "SET", lk[i], owner, "NX", "PX", "30000", NULL);
             m++;
         }
         if (m > 0) {
@@ -367,21 +361,21 @@ static void *seed_worker(void *arg)
             size_t k = 0, w = 0;
             for (size_t i = 0; i < n; i++) {
                 if (fresh[i] && locked[k++]) {
-                    redisAppendCommand(c, "SET %s 1 EX 604800", pk[i]);
+                    wxgb_redis_append(c, "SET", pk[i], "1", "EX", "604800", NULL);
                     w++;
                 }
             }
             seed_replies(c, w, 0, NULL, j);
             for (size_t i = 0, q = 0; i < n; i++) {
                 if (fresh[i] && locked[q++])
-                    redisAppendCommand(c, "DEL %s", lk[i]);
+                    wxgb_redis_append(c, "DEL", lk[i], NULL);
             }
             seed_replies(c, w, 0, NULL, j);
             j->failures += m - w;
         }
         done += n;
     }
-    redisFree(c);
+    wxgb_redis_free(c);
     return NULL;
 }
 
@@ -427,12 +421,12 @@ static double process_cpu_us(void)
 /* The number of data commands Redis has run so far, from INFO commandstats: every command
  * counted there except the script calls themselves and the benchmark's own administration, so
  * the commands a script makes with redis.call() are what is counted for the guard. */
-double wxgb_data_calls(redisContext *c)
+double wxgb_data_calls(wxgb_redis_t *c)
 {
     static const char *const skip[] = {"evalsha", "eval", "info",   "script", "ping",
                                        "select",  "wait", "config", "dbsize", "flushdb",
                                        "hello",   "auth", "client", "command"};
-    redisReply *r = redisCommand(c, "INFO commandstats");
+    redisReply *r = wxgb_redis_cmd(c, "INFO", "commandstats", NULL);
     if (!r || r->type != REDIS_REPLY_STRING)
         die("INFO commandstats failed");
     double total = 0;
@@ -454,7 +448,7 @@ double wxgb_data_calls(redisContext *c)
 
 /* Redis CPU seconds and data calls, summed over the servers (one, or every primary of a
  * cluster); node_cpu (may be NULL) receives each server's CPU. */
-static double cpu_sum(redisContext **admins, int n, double *node_cpu)
+static double cpu_sum(wxgb_redis_t **admins, int n, double *node_cpu)
 {
     double sum = 0;
     for (int i = 0; i < n; i++) {
@@ -466,7 +460,7 @@ static double cpu_sum(redisContext **admins, int n, double *node_cpu)
     return sum;
 }
 
-static double calls_sum(redisContext **admins, int n)
+static double calls_sum(wxgb_redis_t **admins, int n)
 {
     double sum = 0;
     for (int i = 0; i < n; i++)
@@ -474,11 +468,11 @@ static double calls_sum(redisContext **admins, int n)
     return sum;
 }
 
-static run_result run_design_on(const opts *o, redisContext **admins, int nadmin, int design,
+static run_result run_design_on(const opts *o, wxgb_redis_t **admins, int nadmin, int design,
                                 int threads, uint64_t messages, unsigned run, int pipelined,
                                 double *node_cpu_us);
 
-static run_result run_design(const opts *o, redisContext *admin, int design, int threads,
+static run_result run_design(const opts *o, wxgb_redis_t *admin, int design, int threads,
                              uint64_t messages, unsigned run, int pipelined)
 {
     return run_design_on(o, &admin, 1, design, threads, messages, run, pipelined, NULL);
@@ -486,7 +480,7 @@ static run_result run_design(const opts *o, redisContext *admin, int design, int
 
 /* run_design over nadmin servers; node_cpu_us (may be NULL) receives each one's Redis CPU per
  * message. */
-static run_result run_design_on(const opts *o, redisContext **admins, int nadmin, int design,
+static run_result run_design_on(const opts *o, wxgb_redis_t **admins, int nadmin, int design,
                                 int threads, uint64_t messages, unsigned run, int pipelined,
                                 double *node_cpu_us)
 {
@@ -557,14 +551,61 @@ static const char rb_script[] =
     "if old then return 3 end\n"
     "return 1\n";
 
-/* Runs redis-benchmark as a child process and returns its requests per second, or -1. */
+/* Runs redis-benchmark as a child process and returns its requests per second, or -1. It
+ * reaches the server the guard is configured for, over TLS with the same files when redis.tls
+ * is set; a password is never put on a command line, so against a server that wants one it
+ * fails and the row says n/a. */
 static double redis_benchmark(const opts *o, const char *sha, int clients)
 {
+    const wxg_guard_conf_t *rc = &o->redis;
     char port[16], c[16], n[32], db[16];
-    snprintf(port, sizeof port, "%d", o->port);
+    snprintf(port, sizeof port, "%d", rc->port);
     snprintf(c, sizeof c, "%d", clients);
     snprintf(n, sizeof n, "%llu", (unsigned long long)o->rb_requests);
-    snprintf(db, sizeof db, "%d", o->db);
+    snprintf(db, sizeof db, "%d", rc->db);
+    const char *argv[40];
+    int k = 0;
+    argv[k++] = "redis-benchmark";
+    if (rc->unix_path) {
+        argv[k++] = "-s";
+        argv[k++] = rc->unix_path;
+    } else {
+        argv[k++] = "-h";
+        argv[k++] = rc->host;
+        argv[k++] = "-p";
+        argv[k++] = port;
+    }
+    if (rc->tls) {
+        static const char *const flag[] = {"--cacert", "--cacertdir", "--cert", "--key", "--sni"};
+        const char *val[] = {rc->tls_ca_file, rc->tls_ca_path, rc->tls_cert_file, rc->tls_key_file,
+                             rc->tls_server_name};
+        argv[k++] = "--tls";
+        for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++) {
+            if (val[i]) {
+                argv[k++] = flag[i];
+                argv[k++] = val[i];
+            }
+        }
+        if (!rc->tls_verify)
+            argv[k++] = "--insecure";
+    }
+    const char *tail[] = {"--dbnum",
+                          db,
+                          "-c",
+                          c,
+                          "-n",
+                          n,
+                          "-r",
+                          "100000000",
+                          "-q",
+                          "EVALSHA",
+                          sha,
+                          "1",
+                          "rb:{x}:__rand_int__",
+                          "0123456789abcdef0123456789abcdef"};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+        argv[k++] = tail[i];
+    argv[k] = NULL;
     int fds[2];
     if (pipe(fds) != 0)
         return -1;
@@ -575,26 +616,6 @@ static double redis_benchmark(const opts *o, const char *sha, int clients)
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        const char *argv[] = {"redis-benchmark",
-                              "-h",
-                              o->host,
-                              "-p",
-                              port,
-                              "--dbnum",
-                              db,
-                              "-c",
-                              c,
-                              "-n",
-                              n,
-                              "-r",
-                              "100000000",
-                              "-q",
-                              "EVALSHA",
-                              sha,
-                              "1",
-                              "rb:{x}:__rand_int__",
-                              "0123456789abcdef0123456789abcdef",
-                              NULL};
         execvp("redis-benchmark", (char *const *)argv);
         _exit(127);
     }
@@ -634,7 +655,7 @@ static double redis_benchmark(const opts *o, const char *sha, int clients)
     return strtod(q, NULL);
 }
 
-static void memory_phase(const opts *o, redisContext *admin, int design, unsigned run,
+static void memory_phase(const opts *o, wxgb_redis_t *admin, int design, unsigned run,
                          double *bytes_per_marker, double *seconds, uint64_t *failures)
 {
     flushdb(admin);
@@ -708,11 +729,13 @@ static void usage(FILE *f)
  * The native and lua designs only (the naive and seed designs and redis-benchmark talk to one
  * server), over every primary: the table adds each primary's Redis CPU per message beside their
  * sum, which stays flat as primaries are added when the work is spread rather than repeated.
- * Plain TCP: the benchmark's own probes of each primary do not speak TLS. */
+ * The probes of each primary use the guard's TLS settings and credentials, as its nodes'
+ * connections do. */
 
 #define CLUSTER_PRIMARIES_MAX 64
 
-int wxgb_cluster_primaries(const char *seeds, redisContext **out, char (*names)[300], int max)
+int wxgb_cluster_primaries(const char *seeds, const wxg_guard_conf_t *gc, wxgb_redis_t **out,
+                           char (*names)[300], int max)
 {
     char host[256];
     int port = 0;
@@ -721,11 +744,11 @@ int wxgb_cluster_primaries(const char *seeds, redisContext **out, char (*names)[
     snprintf(first, sizeof first, "%.*s", (int)len, seeds);
     if (wxg_conf_parse_addr(first, host, sizeof host, &port) != 0)
         die("--cluster: \"%s\" is not host:port", first);
-    struct timeval tv = {.tv_sec = 30};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err)
-        die("cannot connect to %s: %s", first, c ? c->errstr : "out of memory");
-    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    char err[512] = "";
+    wxgb_redis_t *c = wxgb_redis_connect(gc, host, port, err, sizeof err);
+    if (!c)
+        die("cannot connect to %s: %s", first, err);
+    redisReply *r = wxgb_redis_cmd(c, "CLUSTER", "SLOTS", NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY)
         die("CLUSTER SLOTS failed on %s", first);
     int n = 0;
@@ -740,15 +763,14 @@ int wxgb_cluster_primaries(const char *seeds, redisContext **out, char (*names)[
         if (seen || n == max)
             continue;
         snprintf(names[n], 300, "%s", name);
-        out[n] = redisConnectWithTimeout(e->element[0]->len ? e->element[0]->str : host,
-                                         (int)e->element[1]->integer, tv);
-        if (!out[n] || out[n]->err)
-            die("cannot connect to primary %s", name);
-        redisSetTimeout(out[n], tv);
+        out[n] = wxgb_redis_connect(gc, e->element[0]->len ? e->element[0]->str : host,
+                                    (int)e->element[1]->integer, err, sizeof err);
+        if (!out[n])
+            die("cannot connect to primary %s: %s", name, err);
         n++;
     }
     freeReplyObject(r);
-    redisFree(c);
+    wxgb_redis_free(c);
     return n;
 }
 
@@ -756,9 +778,9 @@ static int cluster_main(const opts *o)
 {
     if (o->designs & ~(DESIGN_NATIVE | DESIGN_REAL | DESIGN_DUP))
         fprintf(stderr, "wxguard-bench guard: --cluster runs the native and lua designs only\n");
-    redisContext *admins[CLUSTER_PRIMARIES_MAX];
+    wxgb_redis_t *admins[CLUSTER_PRIMARIES_MAX];
     char names[CLUSTER_PRIMARIES_MAX][300];
-    int n = wxgb_cluster_primaries(o->cluster, admins, names, CLUSTER_PRIMARIES_MAX);
+    int n = wxgb_cluster_primaries(o->cluster, &o->redis, admins, names, CLUSTER_PRIMARIES_MAX);
     for (int i = 0; i < n; i++)
         if (dbsize(admins[i]) != 0)
             die("primary %s is not empty; this benchmark flushes the primaries, so it only runs "
@@ -799,7 +821,7 @@ static int cluster_main(const opts *o)
     }
     for (int i = 0; i < n; i++) {
         flushdb(admins[i]);
-        redisFree(admins[i]);
+        wxgb_redis_free(admins[i]);
     }
     return 0;
 }
@@ -906,21 +928,23 @@ int wxgb_guard_main(int argc, char **argv)
                              o.host, o.port, o.db, o.batch);
     o.conf = wxgb_conf_new(props, o.sets, o.nsets);
     free(props);
+    wxgb_conf_guard(o.conf, &o.redis, o.redis_prefix, sizeof o.redis_prefix);
     signal(SIGPIPE, SIG_IGN);
     if (o.cluster) {
         int rc = cluster_main(&o);
         wxg_conf_free(o.conf);
         return rc;
     }
-    redisContext *admin = connect_admin(&o);
+    wxgb_redis_t *admin = connect_admin(&o);
     if (dbsize(admin) != 0)
         die("database %d on %s:%d is not empty; this benchmark flushes its database, so it "
             "only runs on an empty one",
-            o.db, o.host, o.port);
+            o.redis.db, o.redis.host, o.redis.port);
     if (rates) {
         int rc = wxgb_rate_run(admin, o.conf, rates, rate_markers);
         flushdb(admin);
-        redisFree(admin);
+        wxgb_redis_free(admin);
+        wxg_conf_free(o.conf);
         return rc;
     }
     char version[64], cpu[128] = "?";
@@ -938,7 +962,7 @@ int wxgb_guard_main(int argc, char **argv)
         }
         fclose(ci);
     }
-    redisReply *r = redisCommand(admin, "SCRIPT LOAD %s", rb_script);
+    redisReply *r = wxgb_redis_cmd(admin, "SCRIPT", "LOAD", rb_script, NULL);
     if (!r || r->type != REDIS_REPLY_STRING)
         die("SCRIPT LOAD failed");
     char sha[41];
@@ -950,7 +974,7 @@ int wxgb_guard_main(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     printf("## wxguard-bench guard\n\n");
     printf("- date: %s\n- machine: %ld CPUs, %s\n- redis-server %s at %s:%d db %d\n", date,
-           sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.host, o.port, o.db);
+           sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.redis.host, o.redis.port, o.redis.db);
     printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms, duplicates "
            "(native, lua, seed): %.0f %%\n\n",
            (unsigned long long)o.messages, o.batch,
@@ -1031,7 +1055,7 @@ int wxgb_guard_main(int argc, char **argv)
         }
     }
     flushdb(admin);
-    redisFree(admin);
+    wxgb_redis_free(admin);
     wxg_conf_free(o.conf);
     return 0;
 }

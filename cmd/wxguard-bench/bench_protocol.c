@@ -22,14 +22,18 @@
  * Per variant and round: messages/s and Redis CPU per new message (used_cpu_sys + used_cpu_user
  * from INFO, so everything the server spent in the interval), 4 threads, batches of 64.
  * Threads: one connection each. The database must be empty; it is flushed after every row.
+ * Every connection, the guard's and the variants' own, is made from the configuration keys
+ * (--host, --port and --set KEY=VALUE, mapped as wxguard-consumer maps them), so a TLS-only or
+ * ACL-protected server is measured as the guard would reach it.
  */
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
+#include "bench_redis.h"
+#include "wxguard/conf.h"
 #include "wxguard/guard.h"
 
 enum { V_NATIVE_BUCKET, V_NATIVE_RECORD, V_LUA_BUCKET, V_LUA_V3, V_COUNT };
@@ -39,6 +43,8 @@ static const char *const vname[V_COUNT] = {"native, bucket", "native, record", "
 typedef struct pctx {
     const char *host;
     int port;
+    wxg_guard_conf_t redis; /* the keys mapped: server, TLS, credentials */
+    char redis_prefix[WXG_GUARD_PREFIX_MAX + 1];
     int per_thread;
     unsigned run;
     char sha_claim[41], sha_complete[41];
@@ -79,17 +85,31 @@ static const char lua_complete[] =
     "end\n"
     "return out\n";
 
-static void replies(redisContext *c, size_t n, pjob *j)
+/* Sends the appended commands (n of them) and counts the error replies. */
+static void replies(wxgb_redis_t *c, size_t n, pjob *j)
 {
-    for (size_t i = 0; i < n; i++) {
-        void *r = NULL;
-        if (redisGetReply(c, &r) != REDIS_OK || !r) {
-            fprintf(stderr, "wxguard-bench protocol: %s\n", c->errstr);
-            exit(1);
-        }
-        j->failures += ((redisReply *)r)->type == REDIS_REPLY_ERROR;
-        freeReplyObject(r);
+    size_t got = 0;
+    redisReply **r = wxgb_redis_replies(c, &got);
+    if (!r || got != n) {
+        fprintf(stderr, "wxguard-bench protocol: %s\n", wxgb_redis_errstr(c));
+        exit(1);
     }
+    for (size_t i = 0; i < n; i++)
+        j->failures += r[i]->type == REDIS_REPLY_ERROR;
+}
+
+/* Appends `cmd key field rest...`: a hash command on a field of 9 binary bytes, as the
+ * guard's, then nrest (at most 4) string arguments. */
+static void append_field(wxgb_redis_t *c, const char *cmd, const char *key, const unsigned char *f,
+                         const char *const *rest, int nrest)
+{
+    const char *argv[7] = {cmd, key, (const char *)f};
+    size_t lens[7] = {strlen(cmd), strlen(key), 9};
+    for (int i = 0; i < nrest; i++) {
+        argv[3 + i] = rest[i];
+        lens[3 + i] = strlen(rest[i]);
+    }
+    wxgb_redis_append_argv(c, 3 + nrest, argv, lens);
 }
 
 /* A message's fingerprint stand-in: 32 pseudo-random bytes from (run, thread, index). */
@@ -131,39 +151,44 @@ static void make_names(names *nm, unsigned run, int tid, int base, int n)
     }
 }
 
-static void native_bucket(redisContext *c, names *nm, int n, pjob *j)
+static void native_bucket(wxgb_redis_t *c, names *nm, int n, pjob *j)
 {
+    static const char *const five[] = {"5"};
     for (int i = 0; i < n; i++) {
-        redisAppendCommand(c, "HSETNX %s %b %s", nm->b1[i], nm->fp[i] + 8, (size_t)9, nm->val[i]);
-        redisAppendCommand(c, "PEXPIREAT %s 99999999999999", nm->b1[i]);
-        redisAppendCommand(c, "HGET %s %b", nm->b0[i], nm->fp[i] + 8, (size_t)9);
+        const char *val[] = {nm->val[i]};
+        append_field(c, "HSETNX", nm->b1[i], nm->fp[i] + 8, val, 1);
+        wxgb_redis_append(c, "PEXPIREAT", nm->b1[i], "99999999999999", NULL);
+        append_field(c, "HGET", nm->b0[i], nm->fp[i] + 8, NULL, 0);
     }
     replies(c, 3 * (size_t)n, j);
     for (int i = 0; i < n; i++)
-        redisAppendCommand(c, "HSET %s %b 5", nm->b1[i], nm->fp[i] + 8, (size_t)9);
+        append_field(c, "HSET", nm->b1[i], nm->fp[i] + 8, five, 1);
     replies(c, (size_t)n, j);
 }
 
-static void native_record(redisContext *c, names *nm, int n, pjob *j)
+static void native_record(wxgb_redis_t *c, names *nm, int n, pjob *j)
 {
+    /* The marker with the sentinel field (an empty value). */
+    static const char *const marker[] = {"5", "_", ""};
     for (int i = 0; i < n; i++) {
-        redisAppendCommand(c, "HGET %s %b", nm->b1[i], nm->fp[i] + 8, (size_t)9);
-        redisAppendCommand(c, "HGET %s %b", nm->b0[i], nm->fp[i] + 8, (size_t)9);
+        append_field(c, "HGET", nm->b1[i], nm->fp[i] + 8, NULL, 0);
+        append_field(c, "HGET", nm->b0[i], nm->fp[i] + 8, NULL, 0);
     }
     replies(c, 2 * (size_t)n, j);
-    redisAppendCommand(c, "TIME");
+    wxgb_redis_append(c, "TIME", NULL);
     for (int i = 0; i < n; i++)
-        redisAppendCommand(c, "SET %s %s NX GET PXAT 99999999999999", nm->rec[i], nm->val[i]);
+        wxgb_redis_append(c, "SET", nm->rec[i], nm->val[i], "NX", "GET", "PXAT", "99999999999999",
+                          NULL);
     replies(c, (size_t)n + 1, j);
     for (int i = 0; i < n; i++) {
-        redisAppendCommand(c, "HSET %s %b 5 _ %s", nm->b1[i], nm->fp[i] + 8, (size_t)9, "");
-        redisAppendCommand(c, "PEXPIREAT %s 99999999999999", nm->b1[i]);
-        redisAppendCommand(c, "SET %s D XX GET PX 20000", nm->rec[i]);
+        append_field(c, "HSET", nm->b1[i], nm->fp[i] + 8, marker, 3);
+        wxgb_redis_append(c, "PEXPIREAT", nm->b1[i], "99999999999999", NULL);
+        wxgb_redis_append(c, "SET", nm->rec[i], "D", "XX", "GET", "PX", "20000", NULL);
     }
     replies(c, 3 * (size_t)n, j);
 }
 
-static void lua_bucket(redisContext *c, names *nm, int n, pjob *j)
+static void lua_bucket(wxgb_redis_t *c, names *nm, int n, pjob *j)
 {
     char blob[PB][160];
     const char *argv[3 + PB];
@@ -188,7 +213,7 @@ static void lua_bucket(redisContext *c, names *nm, int n, pjob *j)
             for (int i = 0; i < n; i++)
                 lens[3 + i] = 10 + nm->sl[i] + 33; /* the owner prefix */
         }
-        redisReply *r = redisCommandArgv(c, 3 + n, argv, lens);
+        redisReply *r = wxgb_redis_cmd_argv(c, 3 + n, argv, lens);
         if (!r || r->type != REDIS_REPLY_ARRAY)
             j->failures += n;
         if (r)
@@ -201,16 +226,12 @@ static void *protocol_worker(void *arg)
     pjob *j = arg;
     const pctx *p = j->p;
     if (j->variant == V_LUA_V3) {
-        wxg_guard_conf_t gc;
-        wxg_guard_conf_init(&gc);
+        wxg_guard_conf_t gc = p->redis;
         char prefix[32];
         snprintf(prefix, sizeof prefix, "p%u:", p->run);
-        gc.host = p->host;
-        gc.port = p->port;
         gc.prefix = prefix;
         gc.shard_bits = 4;
         gc.done_selector_bits = 12; /* 16 x 256 buckets, as the others */
-        gc.command_timeout_ms = 30000;
         wxg_guard_t *g = wxg_guard_new(&gc, NULL, NULL, 0);
         if (!g) {
             j->failures = p->per_thread;
@@ -241,8 +262,9 @@ static void *protocol_worker(void *arg)
         wxg_guard_destroy(g);
         return NULL;
     }
-    redisContext *c = redisConnect(p->host, p->port);
-    if (!c || c->err) {
+    char err[512] = "";
+    wxgb_redis_t *c = wxgb_redis_connect(&p->redis, NULL, 0, err, sizeof err);
+    if (!c) {
         j->failures = p->per_thread;
         return NULL;
     }
@@ -258,13 +280,13 @@ static void *protocol_worker(void *arg)
             lua_bucket(c, nm, n, j);
     }
     free(nm);
-    redisFree(c);
+    wxgb_redis_free(c);
     return NULL;
 }
 
-static void load(redisContext *c, const char *src, char *sha)
+static void load(wxgb_redis_t *c, const char *src, char *sha)
 {
-    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", src);
+    redisReply *r = wxgb_redis_cmd(c, "SCRIPT", "LOAD", src, NULL);
     if (!r || r->type != REDIS_REPLY_STRING) {
         fprintf(stderr, "wxguard-bench protocol: SCRIPT LOAD failed\n");
         exit(1);
@@ -277,6 +299,8 @@ int wxgb_protocol_main(int argc, char **argv)
 {
     pctx p = {.host = "127.0.0.1", .port = 6379, .per_thread = 10000};
     int rounds = 3, threads = 4;
+    const char *sets[WXGB_SETS_MAX];
+    size_t nsets = 0;
     for (int i = 1; i < argc; i++) {
         uint64_t u = 0;
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -290,19 +314,31 @@ int wxgb_protocol_main(int argc, char **argv)
         else if (strcmp(argv[i], "--rounds") == 0 && v && wxgb_parse_u64(v, &u) == 0 && u > 0 &&
                  u < 100)
             rounds = (int)u;
+        else if (strcmp(argv[i], "--set") == 0 && v && nsets < WXGB_SETS_MAX)
+            sets[nsets++] = v;
         else {
             fprintf(stderr, "usage: wxguard-bench protocol [--host H] [--port P] [--messages N] "
-                            "[--rounds R]\n(4 threads; the database must be empty)\n");
+                            "[--rounds R] [--set KEY=VALUE ...]\n(4 threads; the database must "
+                            "be empty; --set: the redis.* keys of wxguard-consumer, e.g. "
+                            "redis.tls)\n");
             return 2;
         }
         i++;
     }
-    redisContext *a = redisConnect(p.host, p.port);
-    if (!a || a->err) {
-        fprintf(stderr, "wxguard-bench protocol: cannot connect\n");
+    /* The connections' settings from the keys, as wxguard-bench guard maps them. */
+    char *props = wxgb_props("redis.host = %s\nredis.port = %d\nredis.command.timeout.ms = 30s\n",
+                             p.host, p.port);
+    struct wxg_conf_s *conf = wxgb_conf_new(props, sets, nsets);
+    free(props);
+    wxgb_conf_guard(conf, &p.redis, p.redis_prefix, sizeof p.redis_prefix);
+    char err[512] = "";
+    wxgb_redis_t *a = wxgb_redis_connect(&p.redis, NULL, 0, err, sizeof err);
+    if (!a) {
+        fprintf(stderr, "wxguard-bench protocol: cannot connect: %s\n", err);
+        wxg_conf_free(conf);
         return 1;
     }
-    redisReply *r = redisCommand(a, "DBSIZE");
+    redisReply *r = wxgb_redis_cmd(a, "DBSIZE", NULL);
     if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 0) {
         fprintf(stderr, "wxguard-bench protocol: the database is not empty\n");
         return 1;
@@ -334,14 +370,15 @@ int wxgb_protocol_main(int argc, char **argv)
             printf("| %d | %s | %.0f | %.2f | %ld |\n", round, vname[v], n / secs, cpu * 1e6 / n,
                    fails);
             fflush(stdout);
-            r = redisCommand(a, "FLUSHDB SYNC");
+            r = wxgb_redis_cmd(a, "FLUSHDB", "SYNC", NULL);
             if (r)
                 freeReplyObject(r);
         }
     }
-    r = redisCommand(a, "SCRIPT FLUSH");
+    r = wxgb_redis_cmd(a, "SCRIPT", "FLUSH", NULL);
     if (r)
         freeReplyObject(r);
-    redisFree(a);
+    wxgb_redis_free(a);
+    wxg_conf_free(conf);
     return 0;
 }

@@ -23,7 +23,6 @@
  * Threads: one, with its own connection. The database must be empty; it is flushed after each
  * row.
  */
-#include <hiredis/hiredis.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +30,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_redis.h"
 #include "wxguard/guard.h"
 
 typedef struct geom {
@@ -91,25 +91,25 @@ static uint64_t rng(uint64_t *s)
     return x * 2685821657736338717ULL;
 }
 
-static void reply_ok(redisContext *c)
+/* Sends the appended commands and reads their replies; ends the program when that fails. */
+static void replies_ok(wxgb_redis_t *c)
 {
-    void *r = NULL;
-    if (redisGetReply(c, &r) != REDIS_OK || !r) {
-        fprintf(stderr, "wxguard-bench guard --rate: %s\n", c->errstr);
+    size_t n = 0;
+    if (!wxgb_redis_replies(c, &n)) {
+        fprintf(stderr, "wxguard-bench guard --rate: %s\n", wxgb_redis_errstr(c));
         exit(1);
     }
-    freeReplyObject(r);
 }
 
-static void flush(redisContext *c)
+static void flush(wxgb_redis_t *c)
 {
-    redisReply *r = redisCommand(c, "FLUSHDB SYNC");
+    redisReply *r = wxgb_redis_cmd(c, "FLUSHDB", "SYNC", NULL);
     if (r)
         freeReplyObject(r);
 }
 
 /* Writes `markers` markers at random into nb distinct buckets of the layout. */
-static void fill(redisContext *c, const geom *g, uint64_t markers, uint64_t nb, uint64_t *seed)
+static void fill(wxgb_redis_t *c, const geom *g, uint64_t markers, uint64_t nb, uint64_t *seed)
 {
     /* The bucket names the guard uses: <prefix>{s<shard, fixed-width hex>}:d:<sub>:<tb>. */
     int sub_bits = g->selector_bits - __builtin_ctz((unsigned)g->shards);
@@ -130,6 +130,8 @@ static void fill(redisContext *c, const geom *g, uint64_t markers, uint64_t nb, 
     long long tb = (long long)time(NULL) * 1000 / g->bucket_ms;
     long long expire_at = (tb + 1) * g->bucket_ms + g->bucket_ms;
     const uint64_t depth = 256;
+    char expire[32];
+    snprintf(expire, sizeof expire, "%lld", expire_at);
     for (uint64_t done = 0; done < markers;) {
         uint64_t n = markers - done < depth ? markers - done : depth;
         for (uint64_t i = 0; i < n; i++) {
@@ -145,15 +147,15 @@ static void fill(redisContext *c, const geom *g, uint64_t markers, uint64_t nb, 
             snprintf(tag, sizeof tag, "%d", (int)(int16_t)rng(seed));
             /* The native design's marker (the Lua design's buckets hold one sentinel field
              * more each). */
-            redisAppendCommand(c, "HSET %s %b %s", key, field, (size_t)g->field_bytes, tag);
+            const char *hset[4] = {"HSET", key, field, tag};
+            const size_t lens[4] = {4, strlen(key), (size_t)g->field_bytes, strlen(tag)};
+            wxgb_redis_append_argv(c, 4, hset, lens);
             if (!created[b]) {
                 created[b] = 1;
-                redisAppendCommand(c, "PEXPIREAT %s %lld", key, expire_at);
-                reply_ok(c);
+                wxgb_redis_append(c, "PEXPIREAT", key, expire, NULL);
             }
         }
-        for (uint64_t i = 0; i < n; i++)
-            reply_ok(c);
+        replies_ok(c);
         done += n;
     }
     free(ids);
@@ -161,28 +163,29 @@ static void fill(redisContext *c, const geom *g, uint64_t markers, uint64_t nb, 
 }
 
 /* Counts buckets in each encoding with SCAN + OBJECT ENCODING. */
-static void encodings(redisContext *c, long long *listpack, long long *other)
+static void encodings(wxgb_redis_t *c, long long *listpack, long long *other)
 {
     char cursor[32] = "0";
     *listpack = *other = 0;
     for (int guard = 0; guard < 1000000; guard++) {
-        redisReply *r = redisCommand(c, "SCAN %s MATCH wxgbrate:{*}:d:* COUNT 1000", cursor);
+        redisReply *r =
+            wxgb_redis_cmd(c, "SCAN", cursor, "MATCH", "wxgbrate:{*}:d:*", "COUNT", "1000", NULL);
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
             break;
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         redisReply *ks = r->element[1];
-        for (size_t i = 0; i < ks->elements; i++)
-            redisAppendCommand(c, "OBJECT ENCODING %b", ks->element[i]->str, ks->element[i]->len);
         for (size_t i = 0; i < ks->elements; i++) {
-            void *e = NULL;
-            if (redisGetReply(c, &e) != REDIS_OK || !e)
-                break;
-            redisReply *er = e;
-            if (er->type == REDIS_REPLY_STRING && strcmp(er->str, "listpack") == 0)
+            const char *argv[3] = {"OBJECT", "ENCODING", ks->element[i]->str};
+            const size_t lens[3] = {6, 8, ks->element[i]->len};
+            wxgb_redis_append_argv(c, 3, argv, lens);
+        }
+        size_t got = 0;
+        redisReply **er = wxgb_redis_replies(c, &got);
+        for (size_t i = 0; er && i < got; i++) {
+            if (er[i]->type == REDIS_REPLY_STRING && strcmp(er[i]->str, "listpack") == 0)
                 (*listpack)++;
             else
                 (*other)++;
-            freeReplyObject(er);
         }
         freeReplyObject(r);
         if (strcmp(cursor, "0") == 0)
@@ -191,7 +194,7 @@ static void encodings(redisContext *c, long long *listpack, long long *other)
 }
 
 /* One row: `markers` markers in the layout g; 0 or -1. */
-static int row(redisContext *admin, const char *name, double rate, const geom *g, uint64_t markers,
+static int row(wxgb_redis_t *admin, const char *name, double rate, const geom *g, uint64_t markers,
                uint64_t *seed)
 {
     flush(admin);
@@ -214,7 +217,7 @@ static int row(redisContext *admin, const char *name, double rate, const geom *g
     return 0;
 }
 
-int wxgb_rate_run(struct redisContext *admin, const struct wxg_conf_s *conf, const char *rates,
+int wxgb_rate_run(wxgb_redis_t *admin, const struct wxg_conf_s *conf, const char *rates,
                   uint64_t markers)
 {
     printf("## wxguard-bench guard --rate\n\n");
