@@ -264,13 +264,13 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         return WXG_ECONFIG;
     }
     if (conf->cluster_nodes && *conf->cluster_nodes && conf->sentinels && *conf->sentinels) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "Redis Cluster (cluster_nodes) and Sentinel (sentinels) cannot be used "
-                        "together: a cluster fails over by itself");
+        wxg__errf(errstr, errstr_size,
+                  "Redis Cluster (cluster_nodes) and Sentinel (sentinels) cannot be used "
+                  "together: a cluster fails over by itself");
         return WXG_ECONFIG;
     }
     if (conf->cluster_nodes && *conf->cluster_nodes && conf->db != 0) {
-        wxg__guard_errf(errstr, errstr_size, "Redis Cluster has only database 0 (db must be 0)");
+        wxg__errf(errstr, errstr_size, "Redis Cluster has only database 0 (db must be 0)");
         return WXG_ECONFIG;
     }
     if (conf->password && strlen(conf->password) == 0) {
@@ -278,7 +278,7 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         return WXG_ECONFIG;
     }
     if (conf->design != WXG_GUARD_DESIGN_NATIVE && conf->design != WXG_GUARD_DESIGN_LUA) {
-        wxg__guard_errf(errstr, errstr_size, "unknown guard design %d", conf->design);
+        wxg__errf(errstr, errstr_size, "unknown guard design %d", conf->design);
         return WXG_ECONFIG;
     }
     return conf_check_tls(conf, errstr, errstr_size);

@@ -112,17 +112,8 @@ int wxg__guard_plugin_name_valid(const char *name);
 
 /* ---- Shared helpers ---- */
 
-/* The guard reads the monotonic clock through lib/clock_int.h like every module. guard_conn.c
- * and guard_lua.c still call it by this older name, kept while other changes to those two files
- * are under way, so that they are not edited twice at once; rename the calls and drop this. */
-#define wxg__guard_mono_ms wxg__mono_ms
-
 /* Fills buf with random bytes from the kernel (getrandom, else /dev/urandom). 0 or WXG_EIO. */
 int wxg__guard_fill_random(void *buf, size_t len);
-
-/* errstr is filled through lib/err_int.h like everywhere. The older name stays for the Redis
- * connection's files, as wxg__guard_mono_ms does. */
-#define wxg__guard_errf wxg__errf
 
 /* ---- The watchdog over a given handle ---- */
 
