@@ -17,8 +17,10 @@
  *     message and step, so that benchmarks can run the real consumer on the design the Lua one
  *     replaces;
  *   - in the unit tests, an in-memory fake (tests/support/fakeguard.c).
- * Both Redis designs connect through lib/guard_conn.c and share the admin operations of
- * lib/guard_admin.c; guard_int.h lists every file of the module.
+ * The Redis designs connect through lib/guard_conn.c (over lib/rconn.c, or lib/rcluster.c for a
+ * Redis Cluster) and share the admin operations of lib/guard_admin.c; the native and the Lua
+ * design share layout v4 (lib/guard_layout.c, and lib/guard_geom.c for each time bucket's
+ * layout). guard_int.h lists every file of the module.
  *
  * Threads: a wxg_guard_t is used by one thread at a time and has no lock; so are its counters
  * and its last error. The watchdog (lib/guard_watchdog.c) has its own handle and thread.

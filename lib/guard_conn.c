@@ -1,12 +1,13 @@
 /*
- * DESIGN: the guard's Redis connection, shared by the Lua and the naive design.
+ * DESIGN: the guard's Redis connection, shared by the Redis designs (native, Lua, naive).
  *
  * Purpose: one connection per handle to the Redis primary (lib/rconn.c: TCP or a Unix socket,
- * optionally TLS, deadlines on every step), made ready for the designs: connect, then in one
+ * optionally TLS, deadlines on every step), or against a Redis Cluster one cluster client
+ * (lib/rcluster.c: a connection per primary), made ready for the designs: connect, then in one
  * round trip AUTH, SELECT and CLIENT SETNAME, in Sentinel mode discovery of the primary and a
- * ROLE check, SCRIPT LOAD of every script and the check of the layout stamp
- * (lib/lua/layout.lua) that keeps guards with different DONE-marker geometries off one prefix.
- * The stamp is refreshed now and then so that it outlives every marker.
+ * ROLE check, SCRIPT LOAD of every script, the check of the layout stamp (lib/lua/layout.lua)
+ * that keeps guards with different DONE-marker geometries off one prefix, and a TIME sample of
+ * the server's clock. The stamp is refreshed now and then so that it outlives every marker.
  *
  * Threads: the handle's thread only; no locks. The state (wxg__guard_redis_t) belongs to one
  * handle.
