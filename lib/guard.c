@@ -17,8 +17,10 @@
  *     message and step, so that benchmarks can run the real consumer on the design the Lua one
  *     replaces;
  *   - in the unit tests, an in-memory fake (tests/support/fakeguard.c).
- * Both Redis designs connect through lib/guard_conn.c and share the admin operations of
- * lib/guard_admin.c; guard_int.h lists every file of the module.
+ * The Redis designs connect through lib/guard_conn.c (over lib/rconn.c, or lib/rcluster.c for a
+ * Redis Cluster) and share the admin operations of lib/guard_admin.c; the native and the Lua
+ * design share layout v4 (lib/guard_layout.c, and lib/guard_geom.c for each time bucket's
+ * layout). guard_int.h lists every file of the module.
  *
  * Threads: a wxg_guard_t is used by one thread at a time and has no lock; so are its counters
  * and its last error. The watchdog (lib/guard_watchdog.c) has its own handle and thread.
@@ -264,13 +266,13 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         return WXG_ECONFIG;
     }
     if (conf->cluster_nodes && *conf->cluster_nodes && conf->sentinels && *conf->sentinels) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "Redis Cluster (cluster_nodes) and Sentinel (sentinels) cannot be used "
-                        "together: a cluster fails over by itself");
+        wxg__errf(errstr, errstr_size,
+                  "Redis Cluster (cluster_nodes) and Sentinel (sentinels) cannot be used "
+                  "together: a cluster fails over by itself");
         return WXG_ECONFIG;
     }
     if (conf->cluster_nodes && *conf->cluster_nodes && conf->db != 0) {
-        wxg__guard_errf(errstr, errstr_size, "Redis Cluster has only database 0 (db must be 0)");
+        wxg__errf(errstr, errstr_size, "Redis Cluster has only database 0 (db must be 0)");
         return WXG_ECONFIG;
     }
     if (conf->password && strlen(conf->password) == 0) {
@@ -278,7 +280,7 @@ static int conf_check(const wxg_guard_conf_t *conf, char *errstr, size_t errstr_
         return WXG_ECONFIG;
     }
     if (conf->design != WXG_GUARD_DESIGN_NATIVE && conf->design != WXG_GUARD_DESIGN_LUA) {
-        wxg__guard_errf(errstr, errstr_size, "unknown guard design %d", conf->design);
+        wxg__errf(errstr, errstr_size, "unknown guard design %d", conf->design);
         return WXG_ECONFIG;
     }
     return conf_check_tls(conf, errstr, errstr_size);

@@ -12,8 +12,8 @@
  * (lib/lua/_record.lua's rec_fields, named as lib/guard_record.def names them), which
  * parse_record_fields reads.
  *
- * Both Redis designs use these (their operations tables point here). They read the Lua
- * design's layout: in the naive design they find nothing of its keys (docs/guard.md §8).
+ * The Redis designs' operations tables point here. They read layout v4, which the native and
+ * the Lua design share: in the naive design they find nothing of its keys (docs/guard.md §8).
  *
  * Threads: the handle's thread only; no locks. Failure modes: those of the connection
  * (lib/guard_conn.c) and of the batch runner; an answer of the wrong shape is WXG_EREDIS with

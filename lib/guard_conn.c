@@ -1,12 +1,13 @@
 /*
- * DESIGN: the guard's Redis connection, shared by the Lua and the naive design.
+ * DESIGN: the guard's Redis connection, shared by the Redis designs (native, Lua, naive).
  *
  * Purpose: one connection per handle to the Redis primary (lib/rconn.c: TCP or a Unix socket,
- * optionally TLS, deadlines on every step), made ready for the designs: connect, then in one
+ * optionally TLS, deadlines on every step), or against a Redis Cluster one cluster client
+ * (lib/rcluster.c: a connection per primary), made ready for the designs: connect, then in one
  * round trip AUTH, SELECT and CLIENT SETNAME, in Sentinel mode discovery of the primary and a
- * ROLE check, SCRIPT LOAD of every script and the check of the layout stamp
- * (lib/lua/layout.lua) that keeps guards with different DONE-marker geometries off one prefix.
- * The stamp is refreshed now and then so that it outlives every marker.
+ * ROLE check, SCRIPT LOAD of every script, the check of the layout stamp (lib/lua/layout.lua)
+ * that keeps guards with different DONE-marker geometries off one prefix, and a TIME sample of
+ * the server's clock. The stamp is refreshed now and then so that it outlives every marker.
  *
  * Threads: the handle's thread only; no locks. The state (wxg__guard_redis_t) belongs to one
  * handle.
@@ -26,6 +27,7 @@
 #include "guard_conn_int.h"
 
 #include "clock_int.h"
+#include "err_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -170,7 +172,7 @@ static int cluster_exchange(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds
 {
     *got = 0;
     if (!rg->cluster) {
-        wxg__guard_errf(errstr, errstr_size, "Redis Cluster: not connected");
+        wxg__errf(errstr, errstr_size, "Redis Cluster: not connected");
         return WXG_ECONN;
     }
     int wait = 0, wait_ms = 0;
@@ -180,7 +182,7 @@ static int cluster_exchange(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds
     if (!rc || !codes) {
         free(rc);
         free(codes);
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     for (size_t i = 0; i < m; i++)
@@ -199,7 +201,7 @@ static int cluster_exchange(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds
             redisReply *w = calloc(1, sizeof *w);
             if (!w) {
                 code = WXG_ENOMEM;
-                wxg__guard_errf(errstr, errstr_size, "out of memory");
+                wxg__errf(errstr, errstr_size, "out of memory");
             } else {
                 w->type = REDIS_REPLY_INTEGER;
                 w->integer = acks;
@@ -307,11 +309,11 @@ static int cluster_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t err
                                             sizeof why);
         cluster_sync_stats(rg);
         if (sl.refused) {
-            wxg__guard_errf(errstr, errstr_size, "%s", sl.why);
+            wxg__errf(errstr, errstr_size, "%s", sl.why);
             return sl.refused;
         }
         if (!sl.sha[0]) {
-            wxg__guard_errf(errstr, errstr_size, "%s", why);
+            wxg__errf(errstr, errstr_size, "%s", why);
             return rc ? rc : WXG_EREDIS;
         }
         memcpy(rg->sha[i], sl.sha, sizeof sl.sha);
@@ -332,9 +334,9 @@ int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t er
             return rc;
         if (r->type != REDIS_REPLY_STRING || r->len != 40) {
             rc = r->type == REDIS_REPLY_ERROR ? wxg__guard_refusal_code(r) : WXG_EREDIS;
-            wxg__guard_errf(errstr, errstr_size, "SCRIPT LOAD refused: %.*s",
-                            r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
-                            r->type == REDIS_REPLY_ERROR ? r->str : "");
+            wxg__errf(errstr, errstr_size, "SCRIPT LOAD refused: %.*s",
+                      r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
+                      r->type == REDIS_REPLY_ERROR ? r->str : "");
             freeReplyObject(r);
             return rc;
         }
@@ -358,16 +360,16 @@ static int check_stamp(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         rc = wxg__guard_refusal_code(r);
-        wxg__guard_errf(errstr, errstr_size, "layout check refused: %.*s", (int)r->len, r->str);
+        wxg__errf(errstr, errstr_size, "layout check refused: %.*s", (int)r->len, r->str);
     } else if (r->type != REDIS_REPLY_STRING) {
         rc = WXG_EREDIS;
-        wxg__guard_errf(errstr, errstr_size, "layout check: unexpected reply");
+        wxg__errf(errstr, errstr_size, "layout check: unexpected reply");
     } else if (r->len < sizeof WXG__LAYOUT_VERSION ||
                memcmp(r->str, WXG__LAYOUT_VERSION " ", sizeof WXG__LAYOUT_VERSION) != 0) {
         /* Another layout version wrote this prefix: its records and markers have another shape,
          * so this version can neither read them nor safely write beside them. */
         rc = WXG_ECONFIG;
-        wxg__guard_errf(
+        wxg__errf(
             errstr, errstr_size,
             "the keys under prefix %s were written with DONE-marker layout \"%.*s\"; this "
             "version uses layout %s and cannot read them. Stop every guard on that prefix and "
@@ -379,15 +381,15 @@ static int check_stamp(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
         rc = WXG_ECONFIG;
         /* The stored selector part says which setting gives it back. */
         int stored_auto = strstr(r->str, "sel=auto") != NULL; /* hiredis ends it with NUL */
-        wxg__guard_errf(errstr, errstr_size,
-                        "the DONE-marker layout stored under %s is \"%.*s\" but this configuration "
-                        "gives \"%s\"; markers would not be found. Keep the stored geometry (%s, "
-                        "and the same shard_bits and done_bucket_ms) or use a new prefix",
-                        rg->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, rg->stamp,
-                        stored_auto ? "guard.done.expected.rate = auto, done_selector_bits 0"
-                                    : "pin done_selector_bits to the stored sel");
+        wxg__errf(errstr, errstr_size,
+                  "the DONE-marker layout stored under %s is \"%.*s\" but this configuration "
+                  "gives \"%s\"; markers would not be found. Keep the stored geometry (%s, "
+                  "and the same shard_bits and done_bucket_ms) or use a new prefix",
+                  rg->layout_key, (int)(r->len > 100 ? 100 : r->len), r->str, rg->stamp,
+                  stored_auto ? "guard.done.expected.rate = auto, done_selector_bits 0"
+                              : "pin done_selector_bits to the stored sel");
     } else {
-        rg->stamp_checked_ms = wxg__guard_mono_ms();
+        rg->stamp_checked_ms = wxg__mono_ms();
     }
     freeReplyObject(r);
     return rc;
@@ -421,22 +423,22 @@ static int sentinel_query(wxg__guard_redis_t *rg, wxg__rconn_t *c, const wxg__gu
     char why[256];
     int rc = wxg__rconn_command(c, rg->conf.command_timeout_ms, 3, argv, lens, &r, why, sizeof why);
     if (rc) {
-        wxg__guard_errf(errstr, errstr_size, "asking for the primary: %s", why);
+        wxg__errf(errstr, errstr_size, "asking for the primary: %s", why);
         return rc;
     }
     if (r->type == REDIS_REPLY_NIL) {
         rc = WXG_ECONN; /* it may learn of the primary later; another Sentinel may know it */
-        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host,
-                        a->port, rg->sentinel_master);
+        wxg__errf(errstr, errstr_size, "Sentinel %s:%d knows no primary named '%s'", a->host,
+                  a->port, rg->sentinel_master);
     } else if (r->type == REDIS_REPLY_ERROR) {
         rc = wxg__guard_refusal_code(r);
-        wxg__guard_errf(errstr, errstr_size,
-                        "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host,
-                        a->port, (int)(r->len > 160 ? 160 : r->len), r->str);
+        wxg__errf(errstr, errstr_size,
+                  "Sentinel %s:%d refused SENTINEL get-master-addr-by-name: %.*s", a->host, a->port,
+                  (int)(r->len > 160 ? 160 : r->len), r->str);
     } else if (!primary_addr(r, rg->cur_host, sizeof rg->cur_host, &rg->cur_port)) {
         rc = WXG_EREDIS;
-        wxg__guard_errf(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address",
-                        a->host, a->port);
+        wxg__errf(errstr, errstr_size, "Sentinel %s:%d gave a malformed primary address", a->host,
+                  a->port);
     }
     freeReplyObject(r);
     return rc;
@@ -497,17 +499,16 @@ static int check_role(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         rc = wxg__guard_refusal_code(r);
-        wxg__guard_errf(errstr, errstr_size, "ROLE on %s:%d failed: %.*s", rg->cur_host,
-                        rg->cur_port, (int)(r->len > 160 ? 160 : r->len), r->str);
+        wxg__errf(errstr, errstr_size, "ROLE on %s:%d failed: %.*s", rg->cur_host, rg->cur_port,
+                  (int)(r->len > 160 ? 160 : r->len), r->str);
     } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
                r->element[0]->type != REDIS_REPLY_STRING ||
                strcmp(r->element[0]->str, "master") != 0) {
         rc = WXG_ECONN;
-        wxg__guard_errf(
-            errstr, errstr_size,
-            "%s:%d, named primary '%s' by the Sentinels, is not a primary (a failover in "
-            "progress?)",
-            rg->cur_host, rg->cur_port, rg->sentinel_master);
+        wxg__errf(errstr, errstr_size,
+                  "%s:%d, named primary '%s' by the Sentinels, is not a primary (a failover in "
+                  "progress?)",
+                  rg->cur_host, rg->cur_port, rg->sentinel_master);
     }
     freeReplyObject(r);
     return rc;
@@ -531,7 +532,7 @@ static int clock_sample(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size
     }
     if (s <= 0 || us < 0 || us >= 1000000) {
         rc = r->type == REDIS_REPLY_ERROR ? wxg__guard_refusal_code(r) : WXG_EREDIS;
-        wxg__guard_errf(errstr, errstr_size, "TIME: unexpected reply");
+        wxg__errf(errstr, errstr_size, "TIME: unexpected reply");
     } else {
         rg->clock_srv_us = (int64_t)s * 1000000 + us;
         rg->clock_mono_us = mono;
@@ -657,7 +658,7 @@ static int guard_connect(wxg__guard_redis_t *rg, char *errstr, size_t errstr_siz
 /* Makes sure there is a live connection: reconnects when the backoff allows, else fails fast. */
 int wxg__guard_conn_ensure(wxg__guard_redis_t *rg)
 {
-    int64_t now = wxg__guard_mono_ms();
+    int64_t now = wxg__mono_ms();
     /* Reconnecting now, before anything is sent, turns what would be a failed call with an
      * unknown outcome into a normal one. */
     if (rg->conn && wxg__rconn_idle_closed(rg->conn)) {
@@ -688,7 +689,7 @@ int wxg__guard_conn_ensure(wxg__guard_redis_t *rg)
     if (rc == 0)
         wxg__rbackoff_reset(&rg->backoff);
     else
-        wxg__rbackoff_failed(&rg->backoff, wxg__guard_mono_ms());
+        wxg__rbackoff_failed(&rg->backoff, wxg__mono_ms());
     return rc;
 }
 
@@ -794,10 +795,10 @@ static int copy_sentinels(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf, 
         return 0;
     if (parse_sentinels(rg, conf->sentinels) != 0 || !conf->sentinel_master ||
         !*conf->sentinel_master || strlen(conf->sentinel_master) > 128) {
-        wxg__guard_errf(errstr, errstr_size,
-                        "invalid Sentinel configuration: need 1..%d host:port entries and the "
-                        "primary's name (at most 128 bytes)",
-                        WXG_GUARD_SENTINELS_MAX);
+        wxg__errf(errstr, errstr_size,
+                  "invalid Sentinel configuration: need 1..%d host:port entries and the "
+                  "primary's name (at most 128 bytes)",
+                  WXG_GUARD_SENTINELS_MAX);
         return WXG_ECONFIG;
     }
     rg->sentinel_master = strdup(conf->sentinel_master);
@@ -805,7 +806,7 @@ static int copy_sentinels(wxg__guard_redis_t *rg, const wxg_guard_conf_t *conf, 
     rg->sentinel_password = dup_or_null(conf->sentinel_password);
     if (!rg->sentinel_master || (conf->sentinel_user && !rg->sentinel_user) ||
         (conf->sentinel_password && !rg->sentinel_password)) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     free(rg->unix_path); /* the Sentinels name a TCP address */
@@ -818,7 +819,7 @@ int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out
 {
     wxg__guard_redis_t *rg = calloc(1, sizeof *rg);
     if (!rg) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         return WXG_ENOMEM;
     }
     rg->conf = *conf;
@@ -829,7 +830,7 @@ int wxg__guard_redis_init(const wxg_guard_conf_t *conf, wxg__guard_redis_t **out
     if (rc == 0)
         rc = copy_tls(rg, conf);
     if (rc) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         goto fail;
     }
     rc = copy_sentinels(rg, conf, errstr, errstr_size);
@@ -896,7 +897,7 @@ wxg_guard_t *wxg__guard_redis_new(const wxg_guard_conf_t *conf, const wxg__guard
     wxg__guard_redis_t *rg = NULL;
     int rc = wxg__guard_redis_init(conf, &rg, errstr, errstr_size);
     if (rc == 0 && (rc = wxg__guard_near_ns(rg)) != 0) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         wxg__guard_redis_free(rg);
     }
     if (rc) {

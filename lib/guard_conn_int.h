@@ -1,8 +1,10 @@
 /*
- * What the guard's two Redis designs (lib/guard_lua.c, lib/guard_naive.c) share: the design
- * state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c), the
- * pipelined script-call runner (lib/guard_lua.c) and the admin operations (lib/guard_admin.c).
- * guard_int.h says why the guard module has two internal headers.
+ * What the guard's Redis designs (lib/guard_native.c, lib/guard_lua.c, lib/guard_naive.c) share:
+ * the design state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c)
+ * and each time bucket's layout (lib/guard_geom.c), the pipelined script-call runner, the script
+ * transitions and the near cache (lib/guard_lua.c), and the admin operations
+ * (lib/guard_admin.c). guard_int.h lists the module's files and says why it has two internal
+ * headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
  */
@@ -478,10 +480,10 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
  * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
 int wxg__guard_parse_result(const redisReply *r, int *result);
 
-/* ---- The admin operations and ping of both Redis designs (lib/guard_admin.c) ----
+/* ---- The admin operations and ping of the Redis designs (lib/guard_admin.c) ----
  *
  * Operations tables point at these; their arguments are checked as wxg__guard_ops_t says. They
- * read and write the Lua design's layout, whichever design the handle has. */
+ * read and write layout v4, the native and the Lua design's, whichever design the handle has. */
 
 int wxg__guard_admin_inspect(wxg_guard_t *g, const char *key, size_t key_len,
                              const unsigned char *payload_hash, wxg_guard_record_t **out);
@@ -492,7 +494,8 @@ int wxg__guard_admin_scan(wxg_guard_t *g, uint64_t *cursor, int count, wxg_guard
                           void *arg);
 int wxg__guard_admin_ping(wxg_guard_t *g);
 int wxg__guard_admin_describe_layout(const wxg_guard_t *g, char *buf, size_t size);
-/* The ops->destroy of both Redis designs: frees the wxg__guard_redis_t. */
+/* The ops->destroy of the Redis designs (the native one calls it from its own): frees the
+ * wxg__guard_redis_t. */
 void wxg__guard_redis_destroy(wxg_guard_t *g);
 
 /* The entries the Redis designs' operations tables share, for their initialisers: the admin

@@ -7,14 +7,27 @@
  *
  *   lib/guard.c           public API: configuration defaults and checks, new/destroy, argument
  *                         checks, dispatch through the design's operations table, counters
- *   lib/guard_layout.c    pure parts: key names, fingerprint and bucket geometry
- *   lib/guard_conn.c      the Redis connection of both Redis designs: connect, AUTH, SELECT,
- *                         Sentinel, reconnect with backoff, script loading, layout stamp
- *   lib/guard_lua.c       the Lua design (the real one): batches of script calls, claim, renew,
- *                         plugin_done, complete, fail, and the near cache
- *   lib/guard_admin.c     inspect, release, rearm, purge, scan and ping over Redis
+ *   lib/guard_native.c    the native design (the default, guard.design = native): claim,
+ *                         plugin_done and complete as native commands pipelined per batch; the
+ *                         rare paths, renew and fail through guard_lua.c's scripts
+ *   lib/guard_lua.c       the scripted transitions (claim, renew, plugin_done, complete, fail,
+ *                         each a batch of script calls), the Lua design made of them
+ *                         (guard.design = lua), and the guard's side of the near cache of
+ *                         DONE messages (lib/donecache.c)
  *   lib/guard_naive.c     the benchmark's naive design (conf.naive)
+ *   lib/guard_layout.c    pure parts: key names, fingerprint and marker geometry
+ *   lib/guard_geom.c      the adaptive DONE layout: each time bucket's selector bits, stamped in
+ *                         Redis under <prefix>g:<time bucket> and cached per handle
+ *   lib/guard_conn.c      the Redis connection of the Redis designs: connect, AUTH, SELECT,
+ *                         Sentinel, reconnect with backoff, script loading, layout stamp, the
+ *                         server's clock; over lib/rconn.c, or lib/rcluster.c for a cluster
+ *   lib/guard_admin.c     inspect, release, rearm, purge, scan and ping over Redis
  *   lib/guard_watchdog.c  the renewal watchdog, over any handle
+ *
+ * Beside them, lib/guard_record.def (the layout's record fields and constants, from which both
+ * the C code and the scripts are built) and the scripts in lib/lua/ (compiled in). The
+ * connection layer below, lib/rconn.c and lib/rcluster.c, is two modules of their own, which
+ * know nothing of the guard.
  *
  * Two internal headers: this one (the design interface, which a design outside lib/ such as the
  * unit tests' in-memory fake, tests/support/fakeguard.c, implements), and guard_conn_int.h
@@ -51,7 +64,7 @@
  * destroy frees the design's state (not the handle); it is called once, by wxg_guard_destroy.
  * Thread context: the handle's (one thread at a time). */
 typedef struct wxg__guard_ops {
-    const char *name; /* "lua", "naive", "fake": for error texts */
+    const char *name; /* "native", "lua", "naive", "fake": for error texts */
     int (*claim_batch)(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
                        wxg_guard_claim_t *out);
     int (*renew_batch)(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, int *results);
@@ -112,17 +125,8 @@ int wxg__guard_plugin_name_valid(const char *name);
 
 /* ---- Shared helpers ---- */
 
-/* The guard reads the monotonic clock through lib/clock_int.h like every module. guard_conn.c
- * and guard_lua.c still call it by this older name, kept while other changes to those two files
- * are under way, so that they are not edited twice at once; rename the calls and drop this. */
-#define wxg__guard_mono_ms wxg__mono_ms
-
 /* Fills buf with random bytes from the kernel (getrandom, else /dev/urandom). 0 or WXG_EIO. */
 int wxg__guard_fill_random(void *buf, size_t len);
-
-/* errstr is filled through lib/err_int.h like everywhere. The older name stays for the Redis
- * connection's files, as wxg__guard_mono_ms does. */
-#define wxg__guard_errf wxg__errf
 
 /* ---- The watchdog over a given handle ---- */
 

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock_int.h"
 #include "key_int.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -591,7 +592,7 @@ int wxg__guard_near_ns(wxg__guard_redis_t *rg)
 static long near_lookup(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, size_t n,
                         wxg_guard_claim_t *out, unsigned char (*fps)[32], size_t *mismatches)
 {
-    int64_t now = wxg__guard_mono_ms();
+    int64_t now = wxg__mono_ms();
     long hits = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char nfp[WXG__DONECACHE_FP_LEN];
@@ -680,7 +681,7 @@ int wxg__guard_near_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, s
 void wxg__guard_near_remember(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
                               const int *results, const unsigned char (*fps)[32], int64_t sent_ms)
 {
-    int64_t now = wxg__guard_mono_ms();
+    int64_t now = wxg__mono_ms();
     int64_t expires = sent_ms + rg->geom.retention_ms;
     for (size_t i = 0; i < n; i++) {
         unsigned char nfp[WXG__DONECACHE_FP_LEN];
@@ -1029,7 +1030,7 @@ static int lua_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n, i
     wxg__guard_redis_t *rg = wxg__guard_impl(g);
     /* Taken before the call: the marker is written after this instant (server time), so an
      * expiry counted from here never outlasts it (wxg__guard_near_remember). */
-    int64_t sent_ms = wxg__guard_mono_ms();
+    int64_t sent_ms = wxg__mono_ms();
     unsigned char(*fps)[32] = NULL;
     if (rg->conf.done_cache) {
         fps = malloc(n * sizeof *fps);

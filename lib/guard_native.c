@@ -60,6 +60,7 @@
 #include <string.h>
 
 #include "clock_int.h"
+#include "err_int.h"
 #include "key_int.h"
 
 /* Messages whose sub-marker hash this handle wrote natively and not yet deleted, and hashes
@@ -954,7 +955,7 @@ static int native_complete(wxg_guard_t *g, const wxg_guard_ticket_t *t, size_t n
     }
     /* Taken before the call: the marker is written after this instant (server time), so an
      * expiry counted from here never outlasts it (wxg__guard_near_remember). */
-    int64_t sent_ms = wxg__guard_mono_ms();
+    int64_t sent_ms = wxg__mono_ms();
     int64_t now_ms = wxg__guard_clock_us(rg) / 1000, tb = safe_bucket(rg, now_ms);
     char *native = calloc(n, 1);
     unsigned char(*fps)[32] = malloc(n * sizeof *fps);
@@ -1026,7 +1027,7 @@ wxg_guard_t *wxg__guard_native_new(const wxg_guard_conf_t *conf, int *err, char 
 {
     native_t *nt = calloc(1, sizeof *nt);
     if (!nt) {
-        wxg__guard_errf(errstr, errstr_size, "out of memory");
+        wxg__errf(errstr, errstr_size, "out of memory");
         if (err)
             *err = WXG_ENOMEM;
         return NULL;

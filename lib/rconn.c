@@ -84,9 +84,6 @@ struct wxg__rconn {
     int fresh, client_cert;
 };
 
-/* errstr is filled the one way every module fills it (lib/err_int.h). */
-#define errf wxg__errf
-
 /* ---------------------------------------------------------------------------------------------
  * The socket BIO: OpenSSL's own socket BIO writes with write(), which raises SIGPIPE on a
  * connection the server closed; a library must not kill a program that did not ignore it.
@@ -196,7 +193,8 @@ static SSL_CTX *tls_ctx_new(const wxg__rtls_conf_t *t, int *rc, char *errstr, si
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     if (!ctx) {
         *rc = WXG_ENOMEM;
-        errf(errstr, errstr_size, "TLS: cannot create a context: %s", ssl_reason(why, sizeof why));
+        wxg__errf(errstr, errstr_size, "TLS: cannot create a context: %s",
+                  ssl_reason(why, sizeof why));
         return NULL;
     }
     *rc = WXG_ECONFIG;
@@ -205,14 +203,14 @@ static SSL_CTX *tls_ctx_new(const wxg__rtls_conf_t *t, int *rc, char *errstr, si
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
     if (t->ca_file || t->ca_path) {
         if (SSL_CTX_load_verify_locations(ctx, t->ca_file, t->ca_path) != 1) {
-            errf(errstr, errstr_size, "TLS: cannot load the CA certificates from %s%s%s: %s",
-                 t->ca_file ? t->ca_file : "", t->ca_file && t->ca_path ? " and " : "",
-                 t->ca_path ? t->ca_path : "", ssl_reason(why, sizeof why));
+            wxg__errf(errstr, errstr_size, "TLS: cannot load the CA certificates from %s%s%s: %s",
+                      t->ca_file ? t->ca_file : "", t->ca_file && t->ca_path ? " and " : "",
+                      t->ca_path ? t->ca_path : "", ssl_reason(why, sizeof why));
             goto fail;
         }
     } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        errf(errstr, errstr_size, "TLS: cannot load the system's CA certificates: %s",
-             ssl_reason(why, sizeof why));
+        wxg__errf(errstr, errstr_size, "TLS: cannot load the system's CA certificates: %s",
+                  ssl_reason(why, sizeof why));
         goto fail;
     }
     if (t->cert_file) {
@@ -220,20 +218,20 @@ static SSL_CTX *tls_ctx_new(const wxg__rtls_conf_t *t, int *rc, char *errstr, si
         SSL_CTX_set_default_passwd_cb(ctx, pass_cb);
         SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)t->key_password);
         if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
-            errf(errstr, errstr_size, "TLS: cannot load the client certificate %s: %s",
-                 t->cert_file, ssl_reason(why, sizeof why));
+            wxg__errf(errstr, errstr_size, "TLS: cannot load the client certificate %s: %s",
+                      t->cert_file, ssl_reason(why, sizeof why));
             goto fail;
         }
         if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
-            errf(errstr, errstr_size,
-                 "TLS: cannot load the client key %s (a wrong or missing pass phrase in "
-                 "redis.tls.key.password?): %s",
-                 key, ssl_reason(why, sizeof why));
+            wxg__errf(errstr, errstr_size,
+                      "TLS: cannot load the client key %s (a wrong or missing pass phrase in "
+                      "redis.tls.key.password?): %s",
+                      key, ssl_reason(why, sizeof why));
             goto fail;
         }
         if (SSL_CTX_check_private_key(ctx) != 1) {
-            errf(errstr, errstr_size, "TLS: the key %s does not belong to the certificate %s", key,
-                 t->cert_file);
+            wxg__errf(errstr, errstr_size, "TLS: the key %s does not belong to the certificate %s",
+                      key, t->cert_file);
             goto fail;
         }
         /* The pass phrase is not needed after the key was read. */
@@ -257,29 +255,31 @@ static void describe_verify(long v, const char *name, char *errstr, size_t errst
     case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
     case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
     case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
-        errf(errstr, errstr_size,
-             "TLS to %s: the server's certificate is not signed by a trusted CA (%s); give its "
-             "CA in redis.tls.ca.file or redis.tls.ca.path",
-             peer, what);
+        wxg__errf(
+            errstr, errstr_size,
+            "TLS to %s: the server's certificate is not signed by a trusted CA (%s); give its "
+            "CA in redis.tls.ca.file or redis.tls.ca.path",
+            peer, what);
         break;
     case X509_V_ERR_HOSTNAME_MISMATCH:
     case X509_V_ERR_IP_ADDRESS_MISMATCH:
-        errf(errstr, errstr_size,
-             "TLS to %s: the server's certificate is not valid for the name '%s' (%s); set "
-             "redis.tls.server.name to a name the certificate carries",
-             peer, name, what);
+        wxg__errf(errstr, errstr_size,
+                  "TLS to %s: the server's certificate is not valid for the name '%s' (%s); set "
+                  "redis.tls.server.name to a name the certificate carries",
+                  peer, name, what);
         break;
     case X509_V_ERR_CERT_HAS_EXPIRED:
-        errf(errstr, errstr_size, "TLS to %s: the server's certificate has expired (%s)", peer,
-             what);
+        wxg__errf(errstr, errstr_size, "TLS to %s: the server's certificate has expired (%s)", peer,
+                  what);
         break;
     case X509_V_ERR_CERT_NOT_YET_VALID:
-        errf(errstr, errstr_size,
-             "TLS to %s: the server's certificate is not valid yet (%s; check the clocks)", peer,
-             what);
+        wxg__errf(errstr, errstr_size,
+                  "TLS to %s: the server's certificate is not valid yet (%s; check the clocks)",
+                  peer, what);
         break;
     default:
-        errf(errstr, errstr_size, "TLS to %s: certificate verification failed: %s", peer, what);
+        wxg__errf(errstr, errstr_size, "TLS to %s: certificate verification failed: %s", peer,
+                  what);
     }
 }
 
@@ -300,10 +300,11 @@ static void describe_tls_failure(wxg__rconn_t *c, const char *name, char *errstr
     switch (reason) {
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
     case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
-        errf(errstr, errstr_size,
-             "TLS to %s: the server requires a client certificate; set redis.tls.cert.file and "
-             "redis.tls.key.file (%s)",
-             c->peer, ssl_reason(why, sizeof why));
+        wxg__errf(
+            errstr, errstr_size,
+            "TLS to %s: the server requires a client certificate; set redis.tls.cert.file and "
+            "redis.tls.key.file (%s)",
+            c->peer, ssl_reason(why, sizeof why));
         return;
     case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
     case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
@@ -311,24 +312,24 @@ static void describe_tls_failure(wxg__rconn_t *c, const char *name, char *errstr
     case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
     case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
     case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED:
-        errf(errstr, errstr_size,
-             "TLS to %s: the server refused our client certificate (redis.tls.cert.file): %s",
-             c->peer, ssl_reason(why, sizeof why));
+        wxg__errf(errstr, errstr_size,
+                  "TLS to %s: the server refused our client certificate (redis.tls.cert.file): %s",
+                  c->peer, ssl_reason(why, sizeof why));
         return;
     case SSL_R_WRONG_VERSION_NUMBER:
     case SSL_R_PACKET_LENGTH_TOO_LONG:
-        errf(errstr, errstr_size,
-             "TLS to %s: the server does not speak TLS on this port (a plain Redis port?): %s",
-             c->peer, ssl_reason(why, sizeof why));
+        wxg__errf(errstr, errstr_size,
+                  "TLS to %s: the server does not speak TLS on this port (a plain Redis port?): %s",
+                  c->peer, ssl_reason(why, sizeof why));
         return;
     default:
         break;
     }
     if (e)
-        errf(errstr, errstr_size, "TLS to %s: %s", c->peer, ssl_reason(why, sizeof why));
+        wxg__errf(errstr, errstr_size, "TLS to %s: %s", c->peer, ssl_reason(why, sizeof why));
     else
-        errf(errstr, errstr_size, "TLS to %s: connection closed (%s)", c->peer,
-             errno ? strerror(errno) : "end of file");
+        wxg__errf(errstr, errstr_size, "TLS to %s: connection closed (%s)", c->peer,
+                  errno ? strerror(errno) : "end of file");
 }
 
 /* 1 when `s` is an IPv4 or IPv6 address literal. */
@@ -353,7 +354,7 @@ static int tls_handshake(wxg__rconn_t *c, const wxg__rtls_conf_t *t, const char 
     BIO *bio = bio_method ? BIO_new(bio_method) : NULL;
     if (!c->ssl || !bio) {
         BIO_free(bio);
-        errf(errstr, errstr_size, "TLS: out of memory");
+        wxg__errf(errstr, errstr_size, "TLS: out of memory");
         goto out;
     }
     BIO_set_fd(bio, c->fd, BIO_NOCLOSE);
@@ -362,7 +363,7 @@ static int tls_handshake(wxg__rconn_t *c, const wxg__rtls_conf_t *t, const char 
     if ((!addr && SSL_set_tlsext_host_name(c->ssl, name) != 1) ||
         (t->verify && addr && !X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), name)) ||
         (t->verify && !addr && SSL_set1_host(c->ssl, name) != 1)) {
-        errf(errstr, errstr_size, "TLS: cannot use the server name '%s'", name);
+        wxg__errf(errstr, errstr_size, "TLS: cannot use the server name '%s'", name);
         rc = WXG_ECONFIG;
         goto out;
     }
@@ -383,7 +384,7 @@ static int tls_handshake(wxg__rconn_t *c, const wxg__rtls_conf_t *t, const char 
         }
         if (wait_fd(c->fd, ev, deadline) != 0) {
             rc = WXG_ETIMEDOUT;
-            errf(errstr, errstr_size, "TLS to %s: the handshake timed out", c->peer);
+            wxg__errf(errstr, errstr_size, "TLS to %s: the handshake timed out", c->peer);
             break;
         }
     }
@@ -447,14 +448,14 @@ static int connect_unix(wxg__rconn_t *c, const char *path, int64_t deadline, cha
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
-        errf(errstr, errstr_size, "the Unix socket path %s is too long", path);
+        wxg__errf(errstr, errstr_size, "the Unix socket path %s is too long", path);
         return WXG_ECONFIG;
     }
     memcpy(sa.sun_path, path, strlen(path) + 1);
     int rc = 0;
     c->fd = connect_addr((struct sockaddr *)&sa, sizeof sa, deadline, &rc);
     if (c->fd < 0) {
-        errf(errstr, errstr_size, "connecting to %s %s: %s", c->role, path, strerror(errno));
+        wxg__errf(errstr, errstr_size, "connecting to %s %s: %s", c->role, path, strerror(errno));
         return rc;
     }
     return 0;
@@ -470,8 +471,8 @@ static int connect_tcp(wxg__rconn_t *c, const char *host, int port, int64_t dead
     struct addrinfo *res = NULL;
     int g = getaddrinfo(host, service, &hints, &res);
     if (g != 0) {
-        errf(errstr, errstr_size, "connecting to %s %s: cannot resolve the name: %s", c->role,
-             c->peer, gai_strerror(g));
+        wxg__errf(errstr, errstr_size, "connecting to %s %s: cannot resolve the name: %s", c->role,
+                  c->peer, gai_strerror(g));
         return g == EAI_MEMORY ? WXG_ENOMEM : WXG_ECONN;
     }
     int rc = WXG_ECONN, saved = 0;
@@ -485,8 +486,8 @@ static int connect_tcp(wxg__rconn_t *c, const char *host, int port, int64_t dead
     }
     freeaddrinfo(res);
     if (c->fd < 0) {
-        errf(errstr, errstr_size, "connecting to %s %s: %s", c->role, c->peer,
-             rc == WXG_ETIMEDOUT ? "timed out" : strerror(saved));
+        wxg__errf(errstr, errstr_size, "connecting to %s %s: %s", c->role, c->peer,
+                  rc == WXG_ETIMEDOUT ? "timed out" : strerror(saved));
         return rc;
     }
     tune_tcp(c->fd);
@@ -500,7 +501,7 @@ wxg__rconn_t *wxg__rconn_connect(const wxg__rconn_opts_t *o, int *rc, char *errs
     int64_t deadline = wxg__mono_ms() + (o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 1);
     wxg__rconn_t *c = calloc(1, sizeof *c);
     if (!c || !(c->reader = redisReaderCreate())) {
-        errf(errstr, errstr_size, "out of memory creating a Redis connection");
+        wxg__errf(errstr, errstr_size, "out of memory creating a Redis connection");
         goto fail;
     }
     c->fd = -1;
@@ -650,8 +651,8 @@ static int io_failed(wxg__rconn_t *c, int st, const char *doing, char *errstr, s
     int saved = errno;
     c->dead = 1;
     if (c->reader->err) {
-        errf(errstr, errstr_size, "%s %s sent a malformed reply: %s", c->role, c->peer,
-             c->reader->errstr);
+        wxg__errf(errstr, errstr_size, "%s %s sent a malformed reply: %s", c->role, c->peer,
+                  c->reader->errstr);
         return c->reader->err == REDIS_ERR_OOM ? WXG_ENOMEM : WXG_ECONN;
     }
     if (c->ssl && st != IO_EOF && (ERR_peek_error() != 0 || saved == 0)) {
@@ -669,11 +670,11 @@ static int io_failed(wxg__rconn_t *c, int st, const char *doing, char *errstr, s
                    ? " at the first command (does it listen on TLS only? set redis.sentinel.tls)"
                    : " at the first command (does it listen on TLS only? set redis.tls)";
     if (st == IO_EOF)
-        errf(errstr, errstr_size, "%s %s closed the connection while %s%s", c->role, c->peer, doing,
-             hint);
+        wxg__errf(errstr, errstr_size, "%s %s closed the connection while %s%s", c->role, c->peer,
+                  doing, hint);
     else
-        errf(errstr, errstr_size, "%s %s: %s while %s%s", c->role, c->peer, strerror(saved), doing,
-             hint);
+        wxg__errf(errstr, errstr_size, "%s %s: %s while %s%s", c->role, c->peer, strerror(saved),
+                  doing, hint);
     return WXG_ECONN;
 }
 
@@ -729,8 +730,8 @@ static int exchange_failed(wxg__rconn_t *c, int rc, size_t k, char *errstr, size
 {
     c->dead = 1;
     if (rc == WXG_ETIMEDOUT)
-        errf(errstr, errstr_size, "%s %s: no reply by the deadline (%zu of %zu arrived)", c->role,
-             c->peer, k, c->pending);
+        wxg__errf(errstr, errstr_size, "%s %s: no reply by the deadline (%zu of %zu arrived)",
+                  c->role, c->peer, k, c->pending);
     discard_pending(c);
     return rc;
 }
@@ -738,7 +739,7 @@ static int exchange_failed(wxg__rconn_t *c, int rc, size_t k, char *errstr, size
 int wxg__rconn_flush(wxg__rconn_t *c, int64_t deadline_ms, char *errstr, size_t errstr_size)
 {
     if (c->dead) {
-        errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
+        wxg__errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
         discard_pending(c);
         return WXG_ECONN;
     }
@@ -756,7 +757,7 @@ int wxg__rconn_collect(wxg__rconn_t *c, int64_t deadline_ms, redisReply **replie
     size_t want = c->pending, k = 0;
     int rc = 0;
     if (c->dead) {
-        errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
+        wxg__errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
         rc = WXG_ECONN;
         discard_pending(c);
         goto out;
@@ -793,7 +794,7 @@ int wxg__rconn_collect_some(wxg__rconn_t *c, redisReply **replies, size_t *got, 
     int rc = 0;
     *events = 0;
     if (c->dead) {
-        errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
+        wxg__errf(errstr, errstr_size, "%s %s: the connection is closed", c->role, c->peer);
         discard_pending(c);
         return WXG_ECONN;
     }
@@ -843,8 +844,8 @@ int wxg__rconn_exchange(wxg__rconn_t *c, int timeout_ms, redisReply **replies, s
     /* Collecting also sends: one loop moves both ways, and replies wait in the reader. */
     int rc = wxg__rconn_collect(c, deadline, replies, &k, errstr, errstr_size);
     if (rc == WXG_ETIMEDOUT)
-        errf(errstr, errstr_size, "%s %s: no reply within %d ms (%zu of %zu arrived)", c->role,
-             c->peer, timeout_ms, k, want);
+        wxg__errf(errstr, errstr_size, "%s %s: no reply within %d ms (%zu of %zu arrived)", c->role,
+                  c->peer, timeout_ms, k, want);
     if (got)
         *got = k;
     return rc;
@@ -855,8 +856,8 @@ int wxg__rconn_command(wxg__rconn_t *c, int timeout_ms, int argc, const char **a
 {
     int rc = wxg__rconn_append(c, argc, argv, lens);
     if (rc) {
-        errf(errstr, errstr_size, "%s %s: %s", c->role, c->peer,
-             rc == WXG_ENOMEM ? "out of memory" : "the connection is closed");
+        wxg__errf(errstr, errstr_size, "%s %s: %s", c->role, c->peer,
+                  rc == WXG_ENOMEM ? "out of memory" : "the connection is closed");
         return rc;
     }
     return wxg__rconn_exchange(c, timeout_ms, out, NULL, errstr, errstr_size);
@@ -905,7 +906,7 @@ int wxg__rconn_hello(wxg__rconn_t *c, int timeout_ms, const char *who, const cha
         step[n++] = SETNAME;
     }
     if (rc) {
-        errf(errstr, errstr_size, "%s: out of memory", who);
+        wxg__errf(errstr, errstr_size, "%s: out of memory", who);
         return rc;
     }
     if (n == 0)
@@ -921,11 +922,11 @@ int wxg__rconn_hello(wxg__rconn_t *c, int timeout_ms, const char *who, const cha
         /* Redis's text ("WRONGPASS invalid username-password pair ...") never echoes the
          * password, and neither does ours. */
         if (step[i] == AUTH)
-            errf(errstr, errstr_size, "%s AUTH as user '%s' failed: %.*s", who,
-                 user ? user : "default", (int)(r[i]->len > 160 ? 160 : r[i]->len), r[i]->str);
+            wxg__errf(errstr, errstr_size, "%s AUTH as user '%s' failed: %.*s", who,
+                      user ? user : "default", (int)(r[i]->len > 160 ? 160 : r[i]->len), r[i]->str);
         else
-            errf(errstr, errstr_size, "%s refused %s: %.*s", who, what[step[i]],
-                 (int)(r[i]->len > 160 ? 160 : r[i]->len), r[i]->str);
+            wxg__errf(errstr, errstr_size, "%s refused %s: %.*s", who, what[step[i]],
+                      (int)(r[i]->len > 160 ? 160 : r[i]->len), r[i]->str);
     }
     for (size_t i = 0; i < got; i++)
         freeReplyObject(r[i]);
