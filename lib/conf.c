@@ -103,7 +103,8 @@ static const wxg_conf_keydef_t keys[] = {
          "thread's backlog. A full backlog stops polling until the workers make room; one "
          "that stays full for 200 ms pauses every partition (resumed at half of it)."),
     KINT("consumer.batch.max", "64", 1, 1024, C_ | T_,
-         "Messages claimed or completed in one Redis script call at most."),
+         "Messages claimed or completed in one guard call (one Redis pipeline or script call) at "
+         "most."),
     KDUR("consumer.batch.delay.ms", "1ms", 0, 1 * SEC, C_,
          "How long a worker waits to fill a batch before it sends a partial one."),
     KDUR("consumer.drain.timeout.ms", "30s", 0, 10 * MIN, C_,
@@ -208,7 +209,7 @@ static const wxg_conf_keydef_t keys[] = {
          "empty sends none. Printable, no spaces."),
     KDUR("redis.connect.timeout.ms", "2s", 1, 1 * MIN, C_ | T_, "Timeout for connecting to Redis."),
     KDUR("redis.command.timeout.ms", "2s", 1, 1 * MIN, C_ | T_,
-         "Timeout for one Redis command or script call."),
+         "Timeout for one Redis command, pipeline or script call."),
     KDUR("redis.probe.interval.ms", "5s", 0, 1 * MIN, C_,
          "An idle consumer sends PING after this long without any Redis contact of its lease "
          "watchdog, so that /readyz and wxg_redis_reachable notice a Redis outage with no "

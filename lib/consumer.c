@@ -1638,7 +1638,7 @@ static int metrics_gauges(cmetrics *m, wxg_metrics_t *r)
                                     NULL);
     m->pl.claim_seconds =
         wxg_metrics_histogram(r, "wxg_claim_duration_seconds",
-                              "One claim script call (a batch of messages).", NULL, 0, NULL);
+                              "One claim call of the guard (a batch of messages).", NULL, 0, NULL);
     m->c2c_seconds = wxg_metrics_histogram(
         r, "wxg_claim_to_commit_seconds",
         "From a record's first claim to the commit of its offset.", NULL, 0, NULL);

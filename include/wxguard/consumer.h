@@ -57,7 +57,7 @@ typedef struct wxg_consumer_conf {
 
     unsigned workers;         /* worker threads, each with its own Redis connection */
     size_t queue_capacity;    /* messages in the pool at most */
-    size_t batch_max;         /* messages per guard script call */
+    size_t batch_max;         /* messages per guard call (one Redis exchange) */
     int64_t batch_delay_us;   /* longest wait to fill a batch at light load */
     int64_t drain_timeout_ms; /* shutdown and revoke drain budget */
     int64_t commit_interval_ms;

@@ -7,11 +7,14 @@
  *   PROCESSING --complete--> DONE (a compact marker kept for the DONE retention)
  *   PROCESSING --fail--> FAILED (reason, attempt count; a later claim may take it again)
  *
- * Every transition is one Lua script call that checks and changes the state atomically, and every
- * operation has a batch form that handles many messages in one script call; results are per
- * message, so one message's BUSY or lease loss never affects another. Every transition but claim
- * carries the ticket returned by claim (owner token + fencing token) and is refused, changing
- * nothing, when the message has since been claimed by someone else ("lease lost").
+ * Every transition is atomic: in the native design (the default) the common steps are native Redis
+ * commands, each atomic by itself, and the rare paths are Lua scripts that check and change the
+ * state in one step; in the Lua design every transition is a script. Every operation has a batch
+ * form that handles many messages in one Redis exchange (one pipeline; one script call per batch
+ * in the Lua design); results are per message, so one message's BUSY or lease loss never affects
+ * another. Every transition but claim carries the ticket returned by claim (owner token + fencing
+ * token) and is refused, changing nothing, when the message has since been claimed by someone else
+ * ("lease lost").
  *
  * The fencing token of a message only grows, also after Redis forgot the message (it is the Redis
  * server's time in microseconds at the claim, or the last fence + 1 when that is higher); hand it
@@ -125,8 +128,8 @@ typedef struct wxg_guard_conf {
                                   keys of all messages spread over all of them */
     int cluster;               /* 1: never put two shards in one script call (Redis Cluster) */
 
-    int batch_max;        /* messages per script call, default 64; larger batches are split
-                             and pipelined */
+    int batch_max;        /* messages per Redis exchange (one script call per batch in the
+                             Lua design), default 64; larger batches are split and pipelined */
     int reconnect_min_ms; /* first reconnect backoff, default 50 */
     int reconnect_max_ms; /* backoff cap, default 2000 */
 
@@ -259,12 +262,14 @@ typedef struct wxg_guard_msg {
  * transition as failed), WXG_EAUTH (fatal), WXG_EINVAL, WXG_ENOMEM. The guard never retries a
  * transition by itself, except after NOSCRIPT, which proves the script did not run. */
 
-/* Claims up to n messages in one script call per batch_max messages (one per shard and batch in
- * cluster mode). out[i] receives the result for msgs[i]; each CLAIMED result holds a fresh owner
- * token and the fencing token. On a call-level error out[] is left cleared. With
- * conf.done_cache, a message the near cache holds is answered DUPLICATE (cached = 1, with the
- * payload check against the cached tag) without Redis; only the others are sent, and when the
- * cache holds every message no Redis call is made at all. */
+/* Claims up to n messages, batch_max at a time, each batch in one Redis exchange (the native
+ * design pipelines its commands, one pipeline per node in flight at once in cluster mode; the
+ * Lua design makes one script call per batch, one per shard and batch in cluster mode). out[i]
+ * receives the result for msgs[i]; each CLAIMED result holds a fresh owner token and the
+ * fencing token. On a call-level error out[] is left cleared. With conf.done_cache, a message
+ * the near cache holds is answered DUPLICATE (cached = 1, with the payload check against the
+ * cached tag) without Redis; only the others are sent, and when the cache holds every message no
+ * Redis call is made at all. */
 WXG_EXPORT int wxg_guard_claim_batch(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n,
                                      wxg_guard_claim_t *out);
 WXG_EXPORT int wxg_guard_claim(wxg_guard_t *g, const char *key, size_t key_len,
