@@ -115,24 +115,6 @@ static pid_t spawn(const char *const *argv, const char *logp)
     return pid;
 }
 
-/* Waits at most timeout_ms (scaled) for `pid` to exit; then kills it. Returns the exit status,
- * 128 + the signal, or -1 when it had to be killed. */
-static int wait_exit(pid_t pid, int64_t timeout_ms)
-{
-    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
-    int st = 0;
-    for (;;) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (wxg_test_now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        wxg_test_sleep_ms(20);
-    }
-}
-
 /* The whole file at `path` (NUL-terminated; caller frees), "" when unreadable. */
 static char *slurp(const char *path)
 {
@@ -207,7 +189,7 @@ static int redrive(const wxg_ct_t *t, const listener *l, const char *password, c
         argv[n++] = kv[i];
     }
     argv[n] = NULL;
-    return wait_exit(spawn(argv, logp), 90000);
+    return wxg_test_wait_child(spawn(argv, logp), 90000);
 }
 
 /* ---- the consumer, its dead-letter producer and redrive ------------------------------------ */
@@ -354,7 +336,7 @@ static void ingest_runs_over(int tls)
     wxg_test_kafka_msgs_free(got, n);
 
     kill(pid, SIGTERM);
-    assert_int_equal(wait_exit(pid, 30000), 0);
+    assert_int_equal(wxg_test_wait_child(pid, 30000), 0);
     free(topic);
     wxg_test_rmtree(dir);
     free(dir);
@@ -399,7 +381,7 @@ static void a_wrong_password_is_a_start_up_error_over(int tls)
 
     /* wxguard-ingest. */
     snprintf(logp, sizeof logp, "%s/ingest.log", t.dir);
-    assert_int_equal(wait_exit(spawn_ingest(&l, BAD_SECRET, t.topic, logp), 30000),
+    assert_int_equal(wxg_test_wait_child(spawn_ingest(&l, BAD_SECRET, t.topic, logp), 30000),
                      EXIT_START_FAILED);
     assert_refusal_reported(logp, "event=kafka_auth_failed err=EAUTH");
 

@@ -134,23 +134,6 @@ static pid_t spawn_to(const char *const *argv, const char *out)
     return pid;
 }
 
-/* Waits at most timeout_ms (scaled) for `pid`; kills it after that. Returns its exit status,
- * 128 + the signal that ended it, or -1 when it had to be killed. */
-static int wait_child(pid_t pid, int64_t timeout_ms)
-{
-    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (wxg_test_now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        wxg_test_sleep_ms(20);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* Runs wxguardctl with the test's configuration; its own output goes to <dir>/ctl.out (an
  * operator asked for it by key, so it is not searched). Returns the exit status. */
 static int run_ctl(wxg_ct_t *t, const char *cmd, const char *key)
@@ -161,7 +144,7 @@ static int run_ctl(wxg_ct_t *t, const char *cmd, const char *key)
     snprintf(bin, sizeof bin, "%s/cmd/wxguardctl/wxguardctl", bin_dir);
     snprintf(out, sizeof out, "%s/ctl.out", t->dir);
     const char *argv[] = {bin, cmd, "--config", t->config, "--yes", key, NULL};
-    int rc = wait_child(spawn_to(argv, out), 60000);
+    int rc = wxg_test_wait_child(spawn_to(argv, out), 60000);
     if (rc < 0)
         fail_msg("wxguardctl %s did not finish in time", cmd);
     return rc;
@@ -417,7 +400,7 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
     free(g);
 
     kill(pid, SIGTERM);
-    int rc = wait_child(pid, 20000);
+    int rc = wxg_test_wait_child(pid, 20000);
     if (rc != 0)
         fail_msg("wxguard-ingest ended with %d after SIGTERM (-1: it did not stop)", rc);
     size_t lines = assert_clean_file(out);
@@ -441,7 +424,7 @@ static void run_tool(const char *dir, const char *const *argv)
 {
     char out[600];
     snprintf(out, sizeof out, "%s/tool.out", dir);
-    int rc = wait_child(spawn_to(argv, out), 60000);
+    int rc = wxg_test_wait_child(spawn_to(argv, out), 60000);
     if (rc != 0)
         fail_msg("%s failed with %d (see %s)", argv[0], rc, out);
 }
@@ -614,7 +597,7 @@ static void no_secret_in_anything_written_while_every_secret_is_used(void **stat
         argv[na++] = sets[i];
     }
     argv[na] = NULL;
-    int rc = wait_child(spawn_to(argv, ctl_out), 90000);
+    int rc = wxg_test_wait_child(spawn_to(argv, ctl_out), 90000);
     if (rc != 0)
         fail_msg("wxguardctl redrive exited %d (see %s)", rc, ctl_out);
     wxg_test_kafka_msg_t *again = NULL;

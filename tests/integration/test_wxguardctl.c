@@ -8,14 +8,11 @@
 #include <cmocka.h>
 
 #include <cjson/cJSON.h>
-#include <fcntl.h>
 #include <librdkafka/rdkafka.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -122,34 +119,10 @@ static run_result run_ctl(fixture *f, const char *input, const char *const *args
         argv[n++] = args[i];
     }
     argv[n] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int i0 = open(in, O_RDONLY), o1 = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600),
-            e2 = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (i0 < 0 || o1 < 0 || e2 < 0)
-            _exit(120);
-        dup2(i0, 0);
-        dup2(o1, 1);
-        dup2(e2, 2);
-        execv(bin, (char *const *)argv);
-        _exit(121);
-    }
-    int64_t deadline = wxg_test_now_ms() + 90000LL * wxg_test_scale();
-    int st = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid)
-            break;
-        if (wxg_test_now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("wxguardctl %s did not finish in time", args[0]);
-        }
-        wxg_test_sleep_ms(20);
-    }
     run_result r;
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.status = wxg_test_run(argv, in, out, err, 90000);
+    if (r.status < 0)
+        fail_msg("wxguardctl %s did not finish in time", args[0]);
     r.out = slurp(out);
     r.err = slurp(err);
     if (r.status >= 2)

@@ -179,6 +179,54 @@ int wxg_ct_spawn_metrics(wxg_ct_t *t, int idx)
     return port;
 }
 
+/* The whole file at `path`, NUL-terminated (the caller frees it); "" when it cannot be read. */
+static char *read_whole(const char *path)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    FILE *f = fopen(path, "rb");
+    for (size_t got = 1; f && got > 0; len += got) {
+        if (cap - len < 2) {
+            buf = realloc(buf, cap *= 2);
+            assert_non_null(buf);
+        }
+        got = fread(buf + len, 1, cap - len - 1, f);
+    }
+    if (f)
+        fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+int wxg_ct_run_ctl(const wxg_ct_t *t, const char *const *args, int64_t timeout_ms, char **out)
+{
+    const char *bin = getenv("WXG_BINARY_DIR");
+    assert_non_null(bin);
+    char path[512], outp[512], errp[512];
+    snprintf(path, sizeof path, "%s/cmd/wxguardctl/wxguardctl", bin);
+    snprintf(outp, sizeof outp, "%s/wxguardctl.out", t->dir);
+    snprintf(errp, sizeof errp, "%s/wxguardctl.err", t->dir);
+    const char *argv[48];
+    int n = 0;
+    argv[n++] = path;
+    for (int i = 0; args[i]; i++) {
+        assert_true(n < 47);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    int status = wxg_test_run(argv, NULL, outp, errp, timeout_ms);
+    if (status < 0)
+        fail_msg("wxguardctl %s did not finish in time", args[0]);
+    if (status != 0) {
+        char *err = read_whole(errp);
+        print_message("wxguardctl %s exited %d; stderr:\n%s\n", args[0], status, err);
+        free(err);
+    }
+    *out = read_whole(outp);
+    return status;
+}
+
 double wxg_ct_metric_sum(const int *ports, int n, const char *series)
 {
     double sum = 0;

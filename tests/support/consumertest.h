@@ -55,6 +55,12 @@ pid_t wxg_ct_spawn_set(wxg_ct_t *t, int idx, const char *const *sets);
  * port. */
 int wxg_ct_spawn_metrics(wxg_ct_t *t, int idx);
 
+/* Runs wxguardctl with `args` (NULL-terminated, the subcommand first) and nothing on stdin,
+ * its stderr to <dir>/wxguardctl.err (printed when the exit status is not 0). Waits at most
+ * timeout_ms (scaled), then kills it by PID and fails the test. Returns the exit status, with
+ * stdout in *out (NUL-terminated; the caller frees it). */
+int wxg_ct_run_ctl(const wxg_ct_t *t, const char *const *args, int64_t timeout_ms, char **out);
+
 /* The sum over the replicas listening on ports[0..n) of the sample `series` of their /metrics
  * (name with its labels as rendered); fails the test when one does not answer with it. */
 double wxg_ct_metric_sum(const int *ports, int n, const char *series);

@@ -165,6 +165,43 @@ void wxg_test_rmtree(const char *path)
         nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int wxg_test_wait_child(pid_t pid, int64_t timeout_ms)
+{
+    int64_t deadline = wxg_test_now_ms() + timeout_ms * wxg_test_scale();
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (wxg_test_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        wxg_test_sleep_ms(20);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int wxg_test_run(const char *const *argv, const char *in, const char *out, const char *err,
+                 int64_t timeout_ms)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int i0 = open(in ? in : "/dev/null", O_RDONLY),
+            o1 = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+            e2 = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (i0 < 0 || o1 < 0 || e2 < 0)
+            _exit(120);
+        dup2(i0, 0);
+        dup2(o1, 1);
+        dup2(e2, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(121);
+    }
+    return wxg_test_wait_child(pid, timeout_ms);
+}
+
 /* True when the server on `port` answers as process `pid` and serves data: INFO server names
  * that process id, and PING answers PONG. A PING alone would take any server for ours, such as
  * one that took the port between wxg_test_free_port() and the exec; INFO alone answers while a

@@ -46,6 +46,19 @@ char *wxg_test_mkdtemp(const char *tag);
 /* Removes a directory tree created by wxg_test_mkdtemp(). */
 void wxg_test_rmtree(const char *path);
 
+/* Waits at most timeout_ms (scaled) for the child `pid` to exit, then kills it (SIGKILL, by
+ * PID) and reaps it. Returns its exit status, 128 + the signal that ended it, or -1 when it had
+ * to be killed. */
+int wxg_test_wait_child(pid_t pid, int64_t timeout_ms);
+
+/* Runs the program at argv[0] with argv (NULL-terminated), stdin from the file `in` (NULL:
+ * /dev/null), stdout and stderr into the files `out` and `err` (truncated). The child is killed
+ * by the kernel should the test process die first. Waits at most timeout_ms (scaled), then
+ * kills it by PID and returns -1; else returns its exit status, or 128 + the signal that ended
+ * it. */
+int wxg_test_run(const char *const *argv, const char *in, const char *out, const char *err,
+                 int64_t timeout_ms);
+
 /* A private redis-server, started and stopped by the test that owns it. */
 typedef struct wxg_test_redis {
     pid_t pid;      /* 0 when not running */
