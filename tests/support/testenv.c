@@ -125,7 +125,9 @@ void wxg_test_sleep_ms(int64_t ms)
         ;
 }
 
-int wxg_test_free_port(void)
+/* A TCP socket bound to 127.0.0.1 on a port the kernel picks, listening when backlog > 0; the
+ * socket (its port in *port) or -1. */
+static int loopback_socket(int backlog, int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -133,12 +135,42 @@ int wxg_test_free_port(void)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof sa;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || (backlog > 0 && listen(fd, backlog)) ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+int wxg_test_free_port(void)
+{
+    int port = -1, fd = loopback_socket(0, &port);
+    if (fd < 0)
+        return -1;
     close(fd);
     return port;
+}
+
+int wxg_test_listen(int *port)
+{
+    return loopback_socket(16, port);
+}
+
+int wxg_test_send_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
 }
 
 char *wxg_test_mkdtemp(const char *tag)

@@ -14,6 +14,7 @@
 #ifndef WXG_TESTENV_H
 #define WXG_TESTENV_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -38,6 +39,14 @@ void wxg_test_sleep_ms(int64_t ms);
 
 /* A port on 127.0.0.1 that nothing listened on a moment ago, or -1. */
 int wxg_test_free_port(void);
+
+/* A TCP socket listening on 127.0.0.1 on a port the kernel picks, that port in *port; the socket,
+ * or -1. */
+int wxg_test_listen(int *port);
+
+/* Writes all of buf to a blocking socket (MSG_NOSIGNAL: a closed peer is an error, never
+ * SIGPIPE). 0 or -1. */
+int wxg_test_send_all(int fd, const void *buf, size_t len);
 
 /* A new empty directory under $TMPDIR (or /tmp) whose name starts with `tag`; the caller frees
  * the string and removes the directory (wxg_test_rmtree). NULL on failure. */
