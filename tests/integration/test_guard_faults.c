@@ -1,7 +1,9 @@
 /* Redis faults against a private redis-server: restarted empty mid-run (also in the middle of a
  * batch), SCRIPT FLUSH, a SIGSTOP longer than the command timeout, a connection closed by the
  * server's idle timeout, the watchdog's probe through an outage, and the fixture's restart of a
- * persistent server, and a WAIT that falls short under a complete retried. The guard must reconnect
+ * persistent server, and a WAIT that falls short under a complete retried; and a connection closed
+ * in the middle of a claim or complete batch, by a proxy between the guard and the server that
+ * lets only part of the batch's commands, or of its replies, through. The guard must reconnect
  * and reload its scripts, never crash, never report success for a DONE it could not write, and
  * return retriable errors while Redis is away. */
 #include <stdarg.h>
@@ -9,11 +11,17 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <hiredis.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "guardtest.h"
 #include "testenv.h"
@@ -679,6 +687,399 @@ static void a_field_left_spent_by_a_dead_completer_reads_as_done(void **state)
     }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * A connection closed in the middle of a batch
+ *
+ * A TCP proxy on 127.0.0.1, on a thread of its own, forwards between the guard and the fixture's
+ * server. Armed, it cuts the next exchange short: it takes in the whole pipeline the guard sends
+ * (until the guard has been quiet for 100 ms, scaled), then
+ *   CUT_REQUESTS: forwards the first half of its bytes (so the server runs the commands in that
+ *     half and never sees the rest, the one cut through included), half-closes, forwards the
+ *     replies the server sends to those and closes both sides;
+ *   CUT_REPLIES: forwards all of it, takes in the server's replies until it has been quiet as
+ *     long, forwards the first half of their bytes and closes both sides.
+ * Every wait is bounded; the proxy touches no cmocka state.
+ */
+
+enum { CUT_NONE, CUT_REQUESTS, CUT_REPLIES };
+enum { PROXY_PAIRS = 8, PROXY_BUF = 1 << 20, PROXY_QUIET_MS = 100, PROXY_LIMIT_MS = 5000 };
+
+typedef struct proxy {
+    int lfd, port, upstream;
+    int client[PROXY_PAIRS], server[PROXY_PAIRS]; /* -1: unused */
+    pthread_t th;
+    pthread_mutex_t mu; /* guards the members below */
+    int stop, cut, cuts;
+    size_t req_total, req_sent, rep_total, rep_sent; /* of the last cut */
+    char *buf, *rep;
+} proxy;
+
+static int proxy_get(proxy *p, const int *field)
+{
+    pthread_mutex_lock(&p->mu);
+    int v = *field;
+    pthread_mutex_unlock(&p->mu);
+    return v;
+}
+
+static void proxy_arm(proxy *p, int how)
+{
+    pthread_mutex_lock(&p->mu);
+    p->cut = how;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Reads from fd into buf[*len..cap) until it has been quiet for PROXY_QUIET_MS (scaled), closed,
+ * or PROXY_LIMIT_MS (scaled) passed. */
+static void read_until_quiet(int fd, char *buf, size_t *len, size_t cap)
+{
+    int64_t end = wxg_test_now_ms() + (int64_t)PROXY_LIMIT_MS * wxg_test_scale();
+    while (*len < cap && wxg_test_now_ms() < end) {
+        struct pollfd q = {.fd = fd, .events = POLLIN};
+        if (poll(&q, 1, PROXY_QUIET_MS * wxg_test_scale()) <= 0)
+            return;
+        ssize_t n = recv(fd, buf + *len, cap - *len, 0);
+        if (n <= 0)
+            return;
+        *len += (size_t)n;
+    }
+}
+
+static void pair_close(proxy *p, int i)
+{
+    close(p->client[i]);
+    close(p->server[i]);
+    p->client[i] = p->server[i] = -1;
+}
+
+/* The cut, on pair i whose client has just sent something. */
+static void proxy_cut(proxy *p, int i, int how)
+{
+    size_t req = 0, rep = 0, req_sent, rep_sent;
+    read_until_quiet(p->client[i], p->buf, &req, PROXY_BUF);
+    if (how == CUT_REQUESTS) {
+        req_sent = req / 2;
+        wxg_test_send_all(p->server[i], p->buf, req_sent);
+        shutdown(p->server[i], SHUT_WR);
+        /* The server answers what it ran, then closes on the end of the stream. */
+        read_until_quiet(p->server[i], p->rep, &rep, PROXY_BUF);
+        rep_sent = rep;
+    } else {
+        req_sent = req;
+        wxg_test_send_all(p->server[i], p->buf, req);
+        read_until_quiet(p->server[i], p->rep, &rep, PROXY_BUF);
+        rep_sent = rep / 2;
+    }
+    /* Recorded before the guard can see the end of its connection and look. */
+    pthread_mutex_lock(&p->mu);
+    p->cut = CUT_NONE;
+    p->cuts++;
+    p->req_total = req;
+    p->req_sent = req_sent;
+    p->rep_total = rep;
+    p->rep_sent = rep_sent;
+    pthread_mutex_unlock(&p->mu);
+    wxg_test_send_all(p->client[i], p->rep, rep_sent);
+    pair_close(p, i);
+}
+
+static void proxy_accept(proxy *p)
+{
+    int c = accept(p->lfd, NULL, NULL);
+    if (c < 0)
+        return;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->upstream)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < PROXY_PAIRS; i++) {
+        if (p->client[i] >= 0)
+            continue;
+        if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+            p->client[i] = c;
+            p->server[i] = s;
+            return;
+        }
+        break;
+    }
+    close(c); /* no room, or no server: the guard sees its connection closed */
+    if (s >= 0)
+        close(s);
+}
+
+/* Forwards what one side of pair i has; a closed or failed side closes the pair. */
+static void proxy_forward(proxy *p, int i, int from_client)
+{
+    char chunk[16384];
+    int from = from_client ? p->client[i] : p->server[i];
+    int to = from_client ? p->server[i] : p->client[i];
+    ssize_t n = recv(from, chunk, sizeof chunk, 0);
+    if (n <= 0 || wxg_test_send_all(to, chunk, (size_t)n) != 0)
+        pair_close(p, i);
+}
+
+static void *proxy_main(void *arg)
+{
+    proxy *p = arg;
+    while (!proxy_get(p, &p->stop)) {
+        struct pollfd q[1 + 2 * PROXY_PAIRS];
+        int idx[1 + 2 * PROXY_PAIRS], n = 0;
+        q[n] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
+        idx[n++] = -1;
+        for (int i = 0; i < PROXY_PAIRS; i++) {
+            if (p->client[i] < 0)
+                continue;
+            q[n] = (struct pollfd){.fd = p->client[i], .events = POLLIN};
+            idx[n++] = 2 * i;
+            q[n] = (struct pollfd){.fd = p->server[i], .events = POLLIN};
+            idx[n++] = 2 * i + 1;
+        }
+        if (poll(q, (nfds_t)n, 50) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (!(q[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (idx[k] < 0) {
+                proxy_accept(p);
+                continue;
+            }
+            int i = idx[k] / 2, from_client = idx[k] % 2 == 0;
+            if (p->client[i] < 0)
+                continue; /* closed earlier in this round */
+            int how = proxy_get(p, &p->cut);
+            if (from_client && how != CUT_NONE)
+                proxy_cut(p, i, how);
+            else
+                proxy_forward(p, i, from_client);
+        }
+    }
+    for (int i = 0; i < PROXY_PAIRS; i++)
+        if (p->client[i] >= 0)
+            pair_close(p, i);
+    return NULL;
+}
+
+static void proxy_start(proxy *p, int upstream)
+{
+    memset(p, 0, sizeof *p);
+    p->upstream = upstream;
+    for (int i = 0; i < PROXY_PAIRS; i++)
+        p->client[i] = p->server[i] = -1;
+    p->buf = malloc(PROXY_BUF);
+    p->rep = malloc(PROXY_BUF);
+    assert_true(p->buf && p->rep);
+    p->lfd = wxg_test_listen(&p->port);
+    assert_true(p->lfd >= 0);
+    pthread_mutex_init(&p->mu, NULL);
+    assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(proxy *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    close(p->lfd);
+    pthread_mutex_destroy(&p->mu);
+    free(p->buf);
+    free(p->rep);
+}
+
+/* A guard on the fixture's prefix with a command timeout well above the proxy's pauses: through
+ * the proxy (port = p->port) or straight to the server. Small script calls, so that the Lua
+ * design pipelines several per batch and a cut can fall between them. */
+static wxg_guard_t *cut_handle(const fixture *f, int port)
+{
+    wxg_guard_conf_t c = f->conf;
+    c.port = port;
+    c.command_timeout_ms = 3000 * wxg_test_scale();
+    c.connect_timeout_ms = 3000 * wxg_test_scale();
+    c.batch_max = 8;
+    c.lease_ms = 1500;
+    return gt_open(&c);
+}
+
+enum { CUT_N = 64 };
+
+typedef struct cut_batch {
+    char keys[CUT_N][32];
+    wxg_guard_msg_t msgs[CUT_N];
+    wxg_guard_claim_t out[CUT_N];
+    wxg_guard_ticket_t t[CUT_N];
+} cut_batch;
+
+/* Starts the proxy to the fixture's server and two handles, *g through it and *direct, and
+ * names CUT_N messages "bot:<tag>:NNNN" (the batch, freed by cut_stop). */
+static cut_batch *cut_start(const fixture *f, proxy *p, wxg_guard_t **g, wxg_guard_t **direct,
+                            const char *tag)
+{
+    proxy_start(p, f->redis.port);
+    *g = cut_handle(f, p->port);
+    *direct = cut_handle(f, f->redis.port);
+    cut_batch *b = calloc(1, sizeof *b);
+    assert_non_null(b);
+    for (int i = 0; i < CUT_N; i++) {
+        snprintf(b->keys[i], sizeof b->keys[i], "bot:%s:%04d", tag, i);
+        b->msgs[i] = (wxg_guard_msg_t){b->keys[i], strlen(b->keys[i]), NULL};
+    }
+    return b;
+}
+
+static void cut_stop(proxy *p, wxg_guard_t *g, wxg_guard_t *direct, cut_batch *b)
+{
+    free(b);
+    wxg_guard_destroy(direct);
+    wxg_guard_destroy(g);
+    proxy_stop(p);
+}
+
+/* The proxied call failed with the connection: a retriable error whose text says so, the cut
+ * happened where it was meant to, and the handle connects again (through the proxy) after. */
+static void assert_cut(proxy *p, wxg_guard_t *g, int rc, int how)
+{
+    const char *why = wxg_guard_last_error(g);
+    pthread_mutex_lock(&p->mu);
+    print_message("cut %s: %zu of %zu request bytes, %zu of %zu reply bytes through; %s: %s\n",
+                  how == CUT_REQUESTS ? "requests" : "replies", p->req_sent, p->req_total,
+                  p->rep_sent, p->rep_total, wxg_err_name(rc), why);
+    assert_int_equal(p->cuts, 1);
+    assert_true(p->req_total > 0 && p->req_sent < p->req_total + (how == CUT_REPLIES));
+    assert_true(how == CUT_REQUESTS || p->rep_sent < p->rep_total);
+    pthread_mutex_unlock(&p->mu);
+    assert_int_equal(rc, WXG_ECONN);
+    assert_int_equal(wxg_err_class(rc), WXG_CLASS_RETRIABLE);
+    assert_non_null(strstr(why, "closed the connection"));
+    int fails = 0;
+    RETRY(rc, fails, wxg_guard_ping(g));
+    assert_int_equal(rc, 0);
+}
+
+/* Completes a claimed batch through a proxy that cuts the exchange (`how`); then the same
+ * tickets, straight to the server, find the truth: a complete that reached Redis reads as
+ * ALREADY_DONE, one that did not completes now (OK), and every message ends a DUPLICATE. Returns
+ * how many read ALREADY_DONE. */
+static int complete_cut_then_retried(void **state, int how, const char *tag)
+{
+    fixture *f = *state;
+    proxy p;
+    wxg_guard_t *g, *direct;
+    cut_batch *b = cut_start(f, &p, &g, &direct, tag);
+    assert_int_equal(wxg_guard_claim_batch(g, b->msgs, CUT_N, b->out), 0);
+    for (int i = 0; i < CUT_N; i++) {
+        assert_int_equal(b->out[i].outcome, WXG_GUARD_CLAIMED);
+        b->t[i] = b->out[i].ticket;
+    }
+
+    int res[CUT_N];
+    for (int i = 0; i < CUT_N; i++)
+        res[i] = -1;
+    proxy_arm(&p, how);
+    int rc = wxg_guard_complete_batch(g, b->t, CUT_N, res);
+    assert_cut(&p, g, rc, how);
+    /* No message is reported done, nor anything else, while its outcome is unknown. */
+    for (int i = 0; i < CUT_N; i++)
+        assert_int_equal(res[i], -1);
+
+    assert_int_equal(wxg_guard_complete_batch(direct, b->t, CUT_N, res), 0);
+    int already = 0, ok = 0;
+    for (int i = 0; i < CUT_N; i++) {
+        if (res[i] != WXG_GUARD_ALREADY_DONE && res[i] != WXG_GUARD_OK)
+            fail_msg("message %d: the retried complete answered %d", i, res[i]);
+        already += res[i] == WXG_GUARD_ALREADY_DONE;
+        ok += res[i] == WXG_GUARD_OK;
+    }
+    print_message("retried: %d already done, %d completed now\n", already, ok);
+    wxg_guard_claim_t again[CUT_N];
+    assert_int_equal(wxg_guard_claim_batch(direct, b->msgs, CUT_N, again), 0);
+    for (int i = 0; i < CUT_N; i++) {
+        assert_int_equal(again[i].outcome, WXG_GUARD_DUPLICATE);
+        wxg_guard_claim_clear(&again[i]);
+        wxg_guard_claim_clear(&b->out[i]);
+    }
+    cut_stop(&p, g, direct, b);
+    return already;
+}
+
+static void a_complete_batch_cut_mid_request_leaves_part_done_and_a_retry_finishes_it(void **state)
+{
+    int already = complete_cut_then_retried(state, CUT_REQUESTS, "cutreq");
+    /* The cut fell inside the batch: some completes ran, the others did not. */
+    assert_true(already > 0 && already < CUT_N);
+}
+
+static void a_complete_batch_whose_replies_are_cut_is_done_and_a_retry_says_so(void **state)
+{
+    /* Every complete ran; only answers were lost. */
+    assert_int_equal(complete_cut_then_retried(state, CUT_REPLIES, "cutrep"), CUT_N);
+}
+
+/* A claim batch cut in the middle of its commands: the call fails with every result cleared;
+ * a fresh claim finds the claims that ran BUSY under their lost lease and claims the others;
+ * once the lost leases end, those are claimed too, and every message completes exactly once. */
+static void a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothing(void **state)
+{
+    fixture *f = *state;
+    proxy p;
+    wxg_guard_t *g, *direct;
+    cut_batch *b = cut_start(f, &p, &g, &direct, "cutclaim");
+    proxy_arm(&p, CUT_REQUESTS);
+    int rc = wxg_guard_claim_batch(g, b->msgs, CUT_N, b->out);
+    assert_cut(&p, g, rc, CUT_REQUESTS);
+    for (int i = 0; i < CUT_N; i++)
+        assert_int_equal(b->out[i].outcome, 0);
+
+    /* The truth, straight from the server. */
+    assert_int_equal(wxg_guard_claim_batch(direct, b->msgs, CUT_N, b->out), 0);
+    int busy = 0, claimed = 0, res[CUT_N];
+    for (int i = 0; i < CUT_N; i++) {
+        if (b->out[i].outcome != WXG_GUARD_BUSY && b->out[i].outcome != WXG_GUARD_CLAIMED)
+            fail_msg("message %d: claim answered %d after the cut", i, b->out[i].outcome);
+        busy += b->out[i].outcome == WXG_GUARD_BUSY;
+        claimed += b->out[i].outcome == WXG_GUARD_CLAIMED;
+    }
+    print_message("after the cut: %d busy under a lost lease, %d claimed\n", busy, claimed);
+    assert_true(busy > 0 && claimed > 0);
+    /* The lost leases end; every message is claimed at last, each completed once. */
+    int64_t end = wxg_test_now_ms() + 10000LL * wxg_test_scale();
+    for (int round = 0; round < 1000; round++) {
+        int left = 0;
+        for (int i = 0; i < CUT_N; i++) {
+            if (b->out[i].outcome == WXG_GUARD_CLAIMED) {
+                assert_int_equal(wxg_guard_complete_batch(direct, &b->out[i].ticket, 1, res), 0);
+                assert_int_equal(res[0], WXG_GUARD_OK);
+                b->out[i].outcome = WXG_GUARD_DUPLICATE; /* done: not claimed again below */
+            }
+            if (b->out[i].outcome != WXG_GUARD_BUSY)
+                continue;
+            wxg_guard_claim_clear(&b->out[i]);
+            assert_int_equal(
+                wxg_guard_claim(direct, b->keys[i], strlen(b->keys[i]), NULL, &b->out[i]), 0);
+            assert_int_not_equal(b->out[i].outcome, WXG_GUARD_DUPLICATE);
+            left += b->out[i].outcome == WXG_GUARD_BUSY;
+        }
+        if (left == 0 || wxg_test_now_ms() > end)
+            break;
+        wxg_test_sleep_ms(100);
+    }
+    for (int i = 0; i < CUT_N; i++) {
+        if (b->out[i].outcome == WXG_GUARD_CLAIMED) {
+            assert_int_equal(wxg_guard_complete_batch(direct, &b->out[i].ticket, 1, res), 0);
+            assert_int_equal(res[0], WXG_GUARD_OK);
+            b->out[i].outcome = WXG_GUARD_DUPLICATE;
+        }
+        if (b->out[i].outcome == WXG_GUARD_BUSY)
+            fail_msg("message %d is still BUSY after its lost lease", i);
+        wxg_guard_claim_clear(&b->out[i]);
+    }
+    wxg_guard_claim_t again[CUT_N];
+    assert_int_equal(wxg_guard_claim_batch(direct, b->msgs, CUT_N, again), 0);
+    for (int i = 0; i < CUT_N; i++) {
+        assert_int_equal(again[i].outcome, WXG_GUARD_DUPLICATE);
+        wxg_guard_claim_clear(&again[i]);
+    }
+    cut_stop(&p, g, direct, b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -713,6 +1114,14 @@ int main(void)
             teardown),
         cmocka_unit_test_setup_teardown(a_field_left_spent_by_a_dead_completer_reads_as_done, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            a_complete_batch_cut_mid_request_leaves_part_done_and_a_retry_finishes_it, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            a_complete_batch_whose_replies_are_cut_is_done_and_a_retry_says_so, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothing, setup,
+            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,10 @@
  *     reports which commands have an unknown outcome, and a new connection finds the truth;
  *   - an idle connection: one the server closed is noticed before the next command, and an
  *     idle TLS connection (with the session tickets TLS 1.3 servers send after the handshake)
- *     is not taken for a closed one. */
+ *     is not taken for a closed one;
+ *   - a server on a Unix socket only (no TCP port): a command, a pipeline whose replies match
+ *     their commands, the large pipeline; and the guard configured with the socket's path
+ *     claims, completes and sees the duplicate. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -23,8 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "guardtest.h"
 #include "rconn_int.h"
 #include "testenv.h"
 #include "wxguard/err.h"
@@ -517,6 +522,138 @@ static void idle_connections_are_told_apart_from_closed_ones(void **state)
     }
 }
 
+/* Starts a private server listening on a Unix socket only; fails the test otherwise. The
+ * socket is the server's only way in (--port 0), so whatever answers came through it. */
+static void start_unix(wxg_test_redis_t *u)
+{
+    if (wxg_test_redis_start_unix(u) != 0)
+        fail_msg("cannot start a redis-server on a Unix socket");
+    struct stat st;
+    assert_int_equal(stat(u->unixsocket, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0700);
+}
+
+static void a_unix_socket_carries_commands_and_pipelines(void **state)
+{
+    (void)state;
+    wxg_test_redis_t u;
+    start_unix(&u);
+    wxg__rconn_opts_t o = {.unix_path = u.unixsocket, .connect_timeout_ms = 3000};
+    char err[512] = "";
+    int rc = 0;
+    wxg__rconn_t *c = wxg__rconn_connect(&o, &rc, err, sizeof err);
+    if (!c)
+        fail_msg("connect to %s: %s (%d)", u.unixsocket, err, rc);
+    assert_string_equal(wxg__rconn_peer(c), u.unixsocket);
+
+    /* One command, one reply. */
+    ping_ok(c);
+    redisReply *r = cmd(c, "SET", "unix:one", "1");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    /* A pipeline of different commands: each reply answers its own command, in order. */
+    assert_int_equal(
+        wxg__rconn_append(c, 3, (const char *[]){"SET", "unix:k", "v1"}, (size_t[]){3, 6, 2}), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(
+            wxg__rconn_append(c, 2, (const char *[]){"INCR", "unix:n"}, (size_t[]){4, 6}), 0);
+    assert_int_equal(wxg__rconn_append(c, 2, (const char *[]){"GET", "unix:k"}, (size_t[]){3, 6}),
+                     0);
+    assert_int_equal(
+        wxg__rconn_append(c, 2, (const char *[]){"GET", "unix:none"}, (size_t[]){3, 9}), 0);
+    assert_int_equal(wxg__rconn_append(c, 2, (const char *[]){"INCR", "unix:k"}, (size_t[]){4, 6}),
+                     0);
+    redisReply *rep[7] = {NULL};
+    size_t got = 0;
+    if (wxg__rconn_exchange(c, 5000, rep, &got, err, sizeof err) != 0)
+        fail_msg("pipeline over %s: %s", u.unixsocket, err);
+    assert_int_equal(got, 7);
+    assert_int_equal(rep[0]->type, REDIS_REPLY_STATUS);
+    assert_string_equal(rep[0]->str, "OK");
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(rep[i]->type, REDIS_REPLY_INTEGER);
+        assert_int_equal(rep[i]->integer, i);
+    }
+    assert_int_equal(rep[4]->type, REDIS_REPLY_STRING);
+    assert_string_equal(rep[4]->str, "v1");
+    assert_int_equal(rep[5]->type, REDIS_REPLY_NIL);
+    assert_int_equal(rep[6]->type, REDIS_REPLY_ERROR); /* an error reply is a reply */
+    for (int i = 0; i < 7; i++)
+        freeReplyObject(rep[i]);
+    assert_false(wxg__rconn_dead(c));
+
+    /* A pipeline far larger than the socket's buffers. */
+    big_pipeline_matches_every_reply(c, "unix");
+    wxg__rconn_free(c);
+
+    /* A path where nothing listens is a connection error naming it. */
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/none.sock", u.dir);
+    o.unix_path = missing;
+    assert_null(wxg__rconn_connect(&o, &rc, err, sizeof err));
+    assert_int_equal(rc, WXG_ECONN);
+    assert_non_null(strstr(err, missing));
+    wxg_test_redis_stop(&u);
+}
+
+static void the_guard_over_a_unix_socket_claims_completes_and_sees_the_duplicate(void **state)
+{
+    (void)state;
+    wxg_test_redis_t u;
+    start_unix(&u);
+    char prefix[64];
+    wxg_guard_conf_t conf;
+    /* host and port lead nowhere: only the socket can serve this guard. */
+    gt_conf(&conf, "127.0.0.1", wxg_test_free_port(), "unix", prefix, sizeof prefix);
+    conf.unix_path = u.unixsocket;
+    wxg_guard_t *g = gt_open(&conf);
+
+    enum { N = 5 };
+    static char keys[N][32];
+    wxg_guard_msg_t msgs[N];
+    wxg_guard_claim_t out[N], again[N];
+    wxg_guard_ticket_t t[N];
+    int res[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "bot:unix:%d", i);
+        msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), NULL};
+    }
+    assert_int_equal(wxg_guard_claim_batch(g, msgs, N, out), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
+        t[i] = out[i].ticket;
+    }
+    /* A second claim while the first holds the lease is BUSY. */
+    wxg_guard_claim_t busy;
+    assert_int_equal(wxg_guard_claim(g, keys[0], strlen(keys[0]), NULL, &busy), 0);
+    assert_int_equal(busy.outcome, WXG_GUARD_BUSY);
+    wxg_guard_claim_clear(&busy);
+    assert_int_equal(wxg_guard_complete_batch(g, t, N, res), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(res[i], WXG_GUARD_OK);
+    assert_int_equal(wxg_guard_claim_batch(g, msgs, N, again), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(again[i].outcome, WXG_GUARD_DUPLICATE);
+        wxg_guard_claim_clear(&again[i]);
+        wxg_guard_claim_clear(&out[i]);
+    }
+    /* The state is on the socket's server. */
+    redisContext *x = redisConnectUnix(u.unixsocket);
+    assert_true(x && !x->err);
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "%s*", prefix);
+    assert_true(gt_count(x, pattern) >= 1);
+    redisFree(x);
+    wxg_guard_stats_t st;
+    wxg_guard_get_stats(g, &st);
+    assert_int_equal(st.connects, 1);
+    assert_int_equal(st.conn_errors, 0);
+    wxg_guard_destroy(g);
+    wxg_test_redis_stop(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -530,6 +667,8 @@ int main(void)
         cmocka_unit_test(a_tcp_connection_closed_mid_pipeline_reports_the_unknown_commands),
         cmocka_unit_test(a_tls_connection_closed_mid_pipeline_reports_the_unknown_commands),
         cmocka_unit_test(idle_connections_are_told_apart_from_closed_ones),
+        cmocka_unit_test(a_unix_socket_carries_commands_and_pipelines),
+        cmocka_unit_test(the_guard_over_a_unix_socket_claims_completes_and_sees_the_duplicate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,9 +1,9 @@
 /*
  * DESIGN: test support (see testenv.h). Reads the fixture's env file once; starts private
  * redis-server processes with fork/exec and stops them by PID, never by name. A started server
- * counts as up when the server on its port reports the PID we forked (INFO server), not merely
- * when something there answers PING; the child is reaped with waitpid, so a PID is ours until
- * then.
+ * counts as up when the server on its port (or Unix socket) reports the PID we forked (INFO
+ * server), not merely when something there answers PING; the child is reaped with waitpid, so a PID
+ * is ours until then.
  */
 #define _XOPEN_SOURCE 700
 #include "testenv.h"
@@ -125,7 +125,9 @@ void wxg_test_sleep_ms(int64_t ms)
         ;
 }
 
-int wxg_test_free_port(void)
+/* A TCP socket bound to 127.0.0.1 on a port the kernel picks, listening when backlog > 0; the
+ * socket (its port in *port) or -1. */
+static int loopback_socket(int backlog, int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -133,12 +135,42 @@ int wxg_test_free_port(void)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof sa;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || (backlog > 0 && listen(fd, backlog)) ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+int wxg_test_free_port(void)
+{
+    int port = -1, fd = loopback_socket(0, &port);
+    if (fd < 0)
+        return -1;
     close(fd);
     return port;
+}
+
+int wxg_test_listen(int *port)
+{
+    return loopback_socket(16, port);
+}
+
+int wxg_test_send_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
 }
 
 char *wxg_test_mkdtemp(const char *tag)
@@ -202,17 +234,19 @@ int wxg_test_run(const char *const *argv, const char *in, const char *out, const
     return wxg_test_wait_child(pid, timeout_ms);
 }
 
-/* True when the server on `port` answers as process `pid` and serves data: INFO server names
- * that process id, and PING answers PONG. A PING alone would take any server for ours, such as
- * one that took the port between wxg_test_free_port() and the exec; INFO alone answers while a
- * restarted server still loads its append-only file, when every data command (DBSIZE, the
- * guard's scripts) gets -LOADING. Every step is bounded by a 300 ms socket timeout. */
+/* True when the server on srv's port (or Unix socket) answers as process `pid` and serves
+ * data: INFO server names that process id, and PING answers PONG. A PING alone would take any
+ * server for ours, such as one that took the port between wxg_test_free_port() and the exec; INFO
+ * alone answers while a restarted server still loads its append-only file, when every data command
+ * (DBSIZE, the guard's scripts) gets -LOADING. Every step is bounded by a 300 ms socket timeout. */
 static int redis_serves_tls(const wxg_test_redis_t *r, pid_t pid);
 
-static int redis_serves(int port, const char *password, pid_t pid)
+static int redis_serves(const wxg_test_redis_t *srv, pid_t pid)
 {
     struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    const char *password = srv->password;
+    redisContext *c = srv->unixsocket ? redisConnectUnixWithTimeout(srv->unixsocket, tv)
+                                      : redisConnectWithTimeout("127.0.0.1", srv->port, tv);
     redisReply *r = NULL;
     const char *at = NULL;
     int ok = 0;
@@ -283,8 +317,12 @@ static void spawn_failed(const wxg_test_redis_t *r, const char *what, int status
     if (f)
         fclose(f);
     last[strcspn(last, "\n")] = '\0';
-    fprintf(stderr, "redis-server on port %d %s (status %d): %s\n", r->port, what, status,
-            last[0] ? last : "(nothing logged)");
+    if (r->unixsocket)
+        fprintf(stderr, "redis-server on %s %s (status %d): %s\n", r->unixsocket, what, status,
+                last[0] ? last : "(nothing logged)");
+    else
+        fprintf(stderr, "redis-server on port %d %s (status %d): %s\n", r->port, what, status,
+                last[0] ? last : "(nothing logged)");
 }
 
 static int redis_spawn(wxg_test_redis_t *r)
@@ -307,11 +345,17 @@ static int redis_spawn(wxg_test_redis_t *r)
             execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
             _exit(127);
         }
-        const char *argv[48];
+        const char *argv[64];
         int i = 0;
         argv[i++] = "redis-server";
         argv[i++] = "--port";
-        argv[i++] = r->tls_dir ? "0" : port;
+        argv[i++] = r->tls_dir || r->unixsocket ? "0" : port;
+        if (r->unixsocket) {
+            argv[i++] = "--unixsocket";
+            argv[i++] = r->unixsocket;
+            argv[i++] = "--unixsocketperm";
+            argv[i++] = "700";
+        }
         char crt[600], key[600], ca[600];
         if (r->tls_dir) {
             snprintf(crt, sizeof crt, "%s/%s.crt", r->tls_dir, r->tls_cert);
@@ -390,7 +434,7 @@ static int redis_spawn(wxg_test_redis_t *r)
             spawn_failed(r, "exited", status);
             return -1;
         }
-        if (r->tls_dir ? redis_serves_tls(r, pid) : redis_serves(r->port, r->password, pid))
+        if (r->tls_dir ? redis_serves_tls(r, pid) : redis_serves(r, pid))
             return 0;
         wxg_test_sleep_ms(50);
     }
@@ -462,6 +506,22 @@ int wxg_test_sentinel_start(wxg_test_redis_t *r, const char *master, int primary
     r->monitored_port = primary_port;
     r->password = password ? strdup(password) : NULL;
     return r->monitors && (!password || r->password) ? start_on_free_port(r) : -1;
+}
+
+int wxg_test_redis_start_unix(wxg_test_redis_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->dir = wxg_test_mkdtemp("wxg-redis");
+    if (!r->dir)
+        return -1;
+    size_t size = strlen(r->dir) + sizeof "/redis.sock";
+    r->unixsocket = malloc(size);
+    if (!r->unixsocket)
+        return -1;
+    snprintf(r->unixsocket, size, "%s/redis.sock", r->dir);
+    /* No port to lose to another process: one start is enough. */
+    r->starts = 1;
+    return redis_spawn(r);
 }
 
 int wxg_test_redis_start_persistent(wxg_test_redis_t *r)
@@ -613,9 +673,11 @@ void wxg_test_redis_stop(wxg_test_redis_t *r)
     free(r->dir);
     free(r->password);
     free(r->monitors);
+    free(r->unixsocket);
     r->dir = NULL;
     r->password = NULL;
     r->monitors = NULL;
+    r->unixsocket = NULL;
 }
 
 /* The same check as redis_serves() over TLS, with the test PKI's client certificate and no

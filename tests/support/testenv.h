@@ -14,6 +14,7 @@
 #ifndef WXG_TESTENV_H
 #define WXG_TESTENV_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -38,6 +39,14 @@ void wxg_test_sleep_ms(int64_t ms);
 
 /* A port on 127.0.0.1 that nothing listened on a moment ago, or -1. */
 int wxg_test_free_port(void);
+
+/* A TCP socket listening on 127.0.0.1 on a port the kernel picks, that port in *port; the socket,
+ * or -1. */
+int wxg_test_listen(int *port);
+
+/* Writes all of buf to a blocking socket (MSG_NOSIGNAL: a closed peer is an error, never
+ * SIGPIPE). 0 or -1. */
+int wxg_test_send_all(int fd, const void *buf, size_t len);
 
 /* A new empty directory under $TMPDIR (or /tmp) whose name starts with `tag`; the caller frees
  * the string and removes the directory (wxg_test_rmtree). NULL on failure. */
@@ -77,6 +86,9 @@ typedef struct wxg_test_redis {
     int tls_auth_clients;
     int cluster; /* --cluster-enabled yes (nodes.conf in dir, node timeout 2 s) */
     int starts;  /* servers the last start spawned before one served (1: the first port did) */
+    /* A Unix socket only (--port 0, --unixsocketperm 700) when set: its path, in dir. The
+     * server is then checked for readiness over the socket, and `port` means nothing. */
+    char *unixsocket;
 } wxg_test_redis_t;
 
 /* A Redis Cluster on loopback: `primaries` primaries with `replicas` replicas each, made with
@@ -151,6 +163,10 @@ int wxg_test_sentinel_start_tls(wxg_test_redis_t *r, const char *master, int pri
 /* Starts redis-server on a free port with persistence off, waits until it answers PING.
  * `password` may be NULL. Returns 0 or -1. */
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password);
+
+/* The same listening on a Unix socket only, r->unixsocket (<dir>/redis.sock), and on no TCP
+ * port. Returns 0 or -1. */
+int wxg_test_redis_start_unix(wxg_test_redis_t *r);
 
 /* The same with persistence on (appendonly yes, appendfsync always, in r->dir), so that
  * wxg_test_redis_restart() brings back every write acknowledged before it. No password. */

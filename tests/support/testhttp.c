@@ -16,20 +16,6 @@
 
 #define READ_MAX ((size_t)64 << 20)
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Decodes a chunked body in place; returns its length or -1. */
 static long dechunk(char *b, size_t len)
 {
@@ -71,8 +57,8 @@ static int exchange(int port, const char *head, size_t head_len, const void *bod
         goto out;
     /* A server may answer (413, 503) and close before the whole body is written: a failed write
      * is not yet a failed exchange, the answer may be waiting. */
-    if (write_all(fd, head, head_len) == 0 && body_len > 0)
-        (void)write_all(fd, body, body_len);
+    if (wxg_test_send_all(fd, head, head_len) == 0 && body_len > 0)
+        (void)wxg_test_send_all(fd, body, body_len);
     buf = malloc(cap);
     if (buf == NULL)
         goto out;
