@@ -7,12 +7,15 @@
  * two round trips per message, SET key owner NX PX <lease> to claim and SET key D EX <retention> to
  * mark DONE, one key per marker. Seed design: the Node.js middleware wxguard replaced, four plain
  * round trips per message (GET processed:<key>; SET lock:<key> NX PX; the handler; SET
- * processed:<key> EX 7d; DEL lock:<key>) with 64 messages in flight per connection, i.e. each step
- * of 64 messages in one round trip.
- * --dup R makes a share R of the native, lua and seed designs' deliveries repeat a message
- * completed one or two batches earlier; without it, each of the native and lua rows is followed
- * by a row of duplicate claims only (the keys it just completed). --rate (bench_rate.c) measures
- * memory per marker at a rate.
+ * processed:<key> EX 7d; DEL lock:<key>) with 64 messages in flight, in two models: "seed", one
+ * connection per thread with each step of 64 messages in one round trip (0.063 round trips per
+ * message: the messages share them), and "seed-rt", every command its own round trip (send,
+ * await the reply, send the next: four per new message) on 64 connections in all, one message
+ * in flight on each, a thread polling its share of them.
+ * --dup R makes a share R of the native, lua, seed and seed-rt designs' deliveries repeat a
+ * message completed one or two batches earlier; without it, each of the native and lua rows is
+ * followed by a row of duplicate claims only (the keys it just completed). --rate (bench_rate.c)
+ * measures memory per marker at a rate.
  *
  * For each thread count it measures claim+complete pairs per second, Redis CPU per message (the
  * server's used_cpu_sys + used_cpu_user before and after), this process's CPU per message (the
@@ -25,6 +28,7 @@
  * someone else's data. Point it at a private redis-server.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -49,8 +53,13 @@ enum {
     DESIGN_DUP = 4,
     DESIGN_SEED = 8,
     DESIGN_NATIVE = 16,
-    DESIGN_NDUP = 32
+    DESIGN_NDUP = 32,
+    DESIGN_SEED_RT = 64
 };
+
+/* The seed's messages in flight (seed and seed-rt): per connection in the seed design, across
+ * all the benchmark's threads in the seed-rt design. */
+#define SEED_IN_FLIGHT 64
 
 typedef struct opts {
     const char *host;
@@ -85,6 +94,7 @@ typedef struct job {
     unsigned run;
     const wxg_guard_conf_t *conf;
     int pipelined; /* naive memory phase only: depth o->batch */
+    int conns;     /* seed-rt: connections, one message in flight on each */
     uint64_t round_trips;
     uint64_t failures;
     char err[256];
@@ -328,6 +338,16 @@ static void seed_replies(wxgb_redis_t *c, size_t n, int nil_ok, unsigned char *o
     j->round_trips++;
 }
 
+/* The seed's two keys of delivery i of the thread's stream (delivery_key): processed:<key> and
+ * lock:<key>, each of 96 bytes. */
+static void seed_keys(const job *j, uint64_t i, uint64_t *unique, char *pk, char *lk)
+{
+    char key[64];
+    delivery_key(j->o, key, sizeof key, j->run, j->tid, i, unique);
+    snprintf(pk, 96, "seed:processed:%.63s", key);
+    snprintf(lk, 96, "seed:lock:%.63s", key);
+}
+
 /* The seed's design with 64 messages in flight: each of its four steps for a batch of 64
  * deliveries in one round trip (GET processed; SET lock NX PX for the unprocessed; the handler,
  * which does nothing; SET processed EX 7d and DEL lock for the locked ones). */
@@ -335,16 +355,14 @@ static void *seed_worker(void *arg)
 {
     job *j = arg;
     wxgb_redis_t *c = connect_admin(j->o);
-    enum { D = 64 };
-    char keys[D][64], pk[D][96], lk[D][96], owner[40];
+    enum { D = SEED_IN_FLIGHT };
+    char pk[D][96], lk[D][96], owner[40];
     unsigned char fresh[D], locked[D];
     uint64_t unique = 0;
     for (uint64_t done = 0; done < j->count;) {
         size_t n = j->count - done < D ? (size_t)(j->count - done) : D;
         for (size_t i = 0; i < n; i++) {
-            delivery_key(j->o, keys[i], sizeof keys[i], j->run, j->tid, done + i, &unique);
-            snprintf(pk[i], sizeof pk[i], "seed:processed:%.63s", keys[i]);
-            snprintf(lk[i], sizeof lk[i], "seed:lock:%.63s", keys[i]);
+            seed_keys(j, done + i, &unique, pk[i], lk[i]);
             wxgb_redis_append(c, "GET", pk[i], NULL);
         }
         seed_replies(c, n, 1, fresh, j);
@@ -376,6 +394,130 @@ static void *seed_worker(void *arg)
         done += n;
     }
     wxgb_redis_free(c);
+    return NULL;
+}
+
+/* ---- The seed with its own round trips (seed-rt) ----
+ *
+ * The seed's design as the Node.js middleware runs it: every command its own round trip (sent
+ * alone, its reply awaited before the next), four per new message, and SEED_IN_FLIGHT messages
+ * in flight in all. Each thread holds j->conns connections (run_design_on divides
+ * SEED_IN_FLIGHT among the threads: 16 each at 4 threads; at least one each, so above 64
+ * threads there are as many in flight as threads). A connection carries one message at a time
+ * through its steps, and the thread polls the sockets of the connections waiting for a reply.
+ * The steps and counters are the seed design's: a duplicate ends at its GET; a refused lock
+ * or an error reply is a failure and ends the message. Any I/O failure, or no reply within the
+ * command timeout, ends the benchmark. */
+
+enum { SEED_IDLE, SEED_GET, SEED_LOCK, SEED_MARK, SEED_UNLOCK };
+
+typedef struct seed_conn {
+    wxgb_redis_t *c;
+    int step;   /* the command awaiting its reply, or SEED_IDLE */
+    short wait; /* poll events it waits for; 0: it has news to read */
+    uint64_t msg;
+    char pk[96], lk[96];
+} seed_conn;
+
+/* Starts the thread's next delivery on s (its GET), or leaves s idle when none is left.
+ * Returns 1 when s carries a message. */
+static int seed_rt_next(job *j, seed_conn *s, uint64_t *next, uint64_t *unique)
+{
+    if (*next >= j->count) {
+        s->step = SEED_IDLE;
+        return 0;
+    }
+    s->msg = (*next)++;
+    seed_keys(j, s->msg, unique, s->pk, s->lk);
+    s->step = SEED_GET;
+    wxgb_redis_append(s->c, "GET", s->pk, NULL);
+    return 1;
+}
+
+/* The reply r to s's command: appends the message's next command, or ends the message and
+ * starts the next. Returns 1 when s still carries a message. */
+static int seed_rt_reply(job *j, seed_conn *s, const redisReply *r, uint64_t *next,
+                         uint64_t *unique)
+{
+    j->round_trips++;
+    int end = r->type == REDIS_REPLY_ERROR;
+    j->failures += (uint64_t)end;
+    if (!end && s->step == SEED_GET) {
+        end = r->type != REDIS_REPLY_NIL; /* processed already: a duplicate */
+        if (!end) {
+            char owner[40];
+            snprintf(owner, sizeof owner, "%016llx", (unsigned long long)s->msg);
+            wxgb_redis_append(s->c, "SET", s->lk, owner, "NX", "PX", "30000", NULL);
+        }
+    } else if (!end && s->step == SEED_LOCK) {
+        end = r->type == REDIS_REPLY_NIL; /* locked by another: a failure */
+        j->failures += (uint64_t)end;
+        if (!end) /* the handler, which does nothing, then the DONE mark */
+            wxgb_redis_append(s->c, "SET", s->pk, "1", "EX", "604800", NULL);
+    } else if (!end && s->step == SEED_MARK) {
+        wxgb_redis_append(s->c, "DEL", s->lk, NULL);
+    } else {
+        end = 1;
+    }
+    if (end)
+        return seed_rt_next(j, s, next, unique);
+    s->step++;
+    return 1;
+}
+
+static void *seed_rt_worker(void *arg)
+{
+    job *j = arg;
+    int n = j->conns;
+    int timeout_ms = j->o->redis.command_timeout_ms > 0 ? j->o->redis.command_timeout_ms : 30000;
+    seed_conn *sc = calloc((size_t)n, sizeof *sc);
+    struct pollfd *pf = calloc((size_t)n, sizeof *pf);
+    int *who = calloc((size_t)n, sizeof *who);
+    if (!sc || !pf || !who)
+        die("out of memory");
+    uint64_t next = 0, unique = 0;
+    int busy = 0;
+    for (int i = 0; i < n; i++) {
+        sc[i].c = connect_admin(j->o);
+        busy += seed_rt_next(j, &sc[i], &next, &unique);
+    }
+    while (busy > 0) {
+        /* Send what was appended and read what has come on every connection with news; the
+         * others keep waiting. */
+        int np = 0;
+        for (int i = 0; i < n; i++) {
+            seed_conn *s = &sc[i];
+            while (s->step != SEED_IDLE && s->wait == 0) {
+                size_t got = 0;
+                redisReply **rr = wxgb_redis_replies_some(s->c, &got, &s->wait);
+                if (!rr && s->wait == 0)
+                    die("seed-rt: %s", wxgb_redis_errstr(s->c));
+                if (rr && got == 1)
+                    busy -= !seed_rt_reply(j, s, rr[0], &next, &unique);
+                else if (rr)
+                    die("seed-rt: %zu replies to one command", got);
+            }
+            if (s->step != SEED_IDLE) {
+                pf[np] = (struct pollfd){.fd = wxgb_redis_fd(s->c), .events = s->wait};
+                who[np++] = i;
+            }
+        }
+        if (np == 0)
+            continue;
+        int pr = poll(pf, (nfds_t)np, timeout_ms);
+        if (pr < 0 && errno != EINTR)
+            die("seed-rt: poll: %s", strerror(errno));
+        if (pr == 0)
+            die("seed-rt: no reply within %d ms", timeout_ms);
+        for (int k = 0; pr > 0 && k < np; k++)
+            if (pf[k].revents)
+                sc[who[k]].wait = 0;
+    }
+    for (int i = 0; i < n; i++)
+        wxgb_redis_free(sc[i].c);
+    free(sc);
+    free(pf);
+    free(who);
     return NULL;
 }
 
@@ -500,7 +642,10 @@ static run_result run_design_on(const opts *o, wxgb_redis_t **admins, int nadmin
                                  ((uint64_t)i < messages % (uint64_t)threads),
                         .run = run,
                         .conf = &conf,
-                        .pipelined = pipelined};
+                        .pipelined = pipelined,
+                        .conns = SEED_IN_FLIGHT / threads + (i < SEED_IN_FLIGHT % threads)};
+        if (jobs[i].conns == 0)
+            jobs[i].conns = 1;
     }
     double node0[64], node1[64];
     double calls0 = calls_sum(admins, nadmin);
@@ -508,9 +653,10 @@ static run_result run_design_on(const opts *o, wxgb_redis_t **admins, int nadmin
     double pcpu0 = process_cpu_us();
     int64_t t0 = prog_mono_us();
     for (int i = 0; i < threads; i++) {
-        void *(*fn)(void *) = design == DESIGN_NAIVE  ? naive_worker
-                              : design == DESIGN_SEED ? seed_worker
-                                                      : guard_worker;
+        void *(*fn)(void *) = design == DESIGN_NAIVE     ? naive_worker
+                              : design == DESIGN_SEED    ? seed_worker
+                              : design == DESIGN_SEED_RT ? seed_rt_worker
+                                                         : guard_worker;
         if (pthread_create(&th[i], NULL, fn, &jobs[i]) != 0)
             die("pthread_create failed");
     }
@@ -668,7 +814,7 @@ static void memory_phase(const opts *o, wxgb_redis_t *admin, int design, unsigne
     *failures = r.failures;
 }
 
-/* "native,lua,naive,seed" -> design bits; exits on an unknown name. */
+/* "native,lua,naive,seed,seed-rt" -> design bits; exits on an unknown name. */
 static int parse_designs(const char *list)
 {
     int d = 0;
@@ -682,13 +828,33 @@ static int parse_designs(const char *list)
             d |= DESIGN_NAIVE;
         else if (n == 4 && strncmp(p, "seed", 4) == 0)
             d |= DESIGN_SEED;
+        else if (n == 7 && strncmp(p, "seed-rt", 7) == 0)
+            d |= DESIGN_SEED_RT;
         else
-            die("unknown design '%.*s' (native, lua, naive, seed)", (int)n, p);
+            die("unknown design '%.*s' (native, lua, naive, seed, seed-rt)", (int)n, p);
         p += n;
         if (*p == ',')
             p++;
     }
     return d;
+}
+
+/* A design's row label in the table. */
+static const char *design_label(int d)
+{
+    static const struct {
+        int design;
+        const char *label;
+    } labels[] = {{DESIGN_REAL, "lua (batched, compact)"},
+                  {DESIGN_NATIVE, "native (pipelined, compact)"},
+                  {DESIGN_DUP, "lua, duplicate claims only"},
+                  {DESIGN_NDUP, "native, duplicate claims only"},
+                  {DESIGN_SEED, "seed (4 round trips, 64 in flight)"},
+                  {DESIGN_SEED_RT, "seed (4 round trips per message, 64 in flight)"}};
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++)
+        if (labels[i].design == d)
+            return labels[i].label;
+    return "naive (SET NX + SET EX)";
 }
 
 static void usage(FILE *f)
@@ -706,11 +872,14 @@ static void usage(FILE *f)
                "                   claim probes retention / W + 1 buckets\n"
                "  --rb-requests N  redis-benchmark EVALSHA requests per client count (default "
                "50000; 0 skips it)\n"
-               "  --design LIST    designs to run, alternating: native, lua, naive, seed (default\n"
-               "                   native,lua,naive); seed = GET, SET NX PX, SET EX, DEL per\n"
-               "                   message, 64 in flight\n"
-               "  --dup R          share of deliveries (native, lua, seed) that repeat a finished\n"
-               "                   message\n"
+               "  --design LIST    designs to run, alternating: native, lua, naive, seed, seed-rt\n"
+               "                   (default native,lua,naive); seed = GET, SET NX PX, SET EX, DEL\n"
+               "                   per message, each step of 64 messages in one round trip;\n"
+               "                   seed-rt = the same four commands, each its own round trip,\n"
+               "                   on 64 connections in all (64 / threads per thread), one\n"
+               "                   message in flight on each\n"
+               "  --dup R          share of deliveries (native, lua, seed, seed-rt) that repeat a\n"
+               "                   finished message\n"
                "  --rounds N       run the whole table N times (default 1)\n"
                "  --rate LIST      instead of the above: memory per DONE marker at steady state\n"
                "                   for each rate (messages/s), e.g. 10,100,1000,10000,100000\n"
@@ -976,9 +1145,10 @@ int wxgb_guard_main(int argc, char **argv)
     printf("- date: %s\n- machine: %ld CPUs, %s\n- redis-server %s at %s:%d db %d\n", date,
            sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.redis.host, o.redis.port, o.redis.db);
     printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms, duplicates "
-           "(native, lua, seed): %.0f %%\n\n",
+           "(native, lua, seed%s): %.0f %%\n\n",
            (unsigned long long)o.messages, o.batch,
-           (long long)(o.bucket_ms > 0 ? o.bucket_ms : 7LL * 86400000), o.dup * 100);
+           (long long)(o.bucket_ms > 0 ? o.bucket_ms : 7LL * 86400000),
+           o.designs & DESIGN_SEED_RT ? ", seed-rt" : "", o.dup * 100);
     printf("| design | threads | messages/s (claim+complete pairs without duplicates) | "
            "redis-benchmark EVALSHA/s (same "
            "clients) | ratio | Redis round trips/msg | Redis commands/msg | Redis CPU µs/msg | "
@@ -990,7 +1160,7 @@ int wxgb_guard_main(int argc, char **argv)
         for (int ti = 0; ti < o.nthreads; ti++) {
             int t = o.threads[ti];
             double rb = o.rb_requests > 0 ? redis_benchmark(&o, sha, t) : -1;
-            for (int d = DESIGN_REAL; d <= DESIGN_NDUP; d *= 2) {
+            for (int d = DESIGN_REAL; d <= DESIGN_SEED_RT; d *= 2) {
                 int of = d == DESIGN_DUP ? DESIGN_REAL : d == DESIGN_NDUP ? DESIGN_NATIVE : d;
                 if (!(o.designs & of))
                     continue;
@@ -1010,14 +1180,8 @@ int wxgb_guard_main(int argc, char **argv)
                     snprintf(ratio, sizeof ratio, "%.2f", rr.pairs_per_s / rb);
                 }
                 printf("| %s | %d | %.0f | %s | %s | %.3f | %.2f | %.2f | %.2f | %llu |\n",
-                       d == DESIGN_REAL     ? "lua (batched, compact)"
-                       : d == DESIGN_NATIVE ? "native (pipelined, compact)"
-                       : d == DESIGN_DUP    ? "lua, duplicate claims only"
-                       : d == DESIGN_NDUP   ? "native, duplicate claims only"
-                       : d == DESIGN_SEED   ? "seed (4 round trips, 64 in flight)"
-                                            : "naive (SET NX + SET EX)",
-                       t, rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg, rr.calls_per_msg,
-                       rr.cpu_us_per_msg, rr.client_cpu_us_per_msg,
+                       design_label(d), t, rr.pairs_per_s, rbs, ratio, rr.round_trips_per_msg,
+                       rr.calls_per_msg, rr.cpu_us_per_msg, rr.client_cpu_us_per_msg,
                        (unsigned long long)rr.failures);
                 fflush(stdout);
             }

@@ -3,7 +3,8 @@
  * every Redis user of wxguard, the benchmark included, so a benchmark reaches a TLS-only or
  * ACL-protected server exactly as the guard it measures does. This file only adapts the
  * connection layer's calls to the benchmark's habits: a reply per call, pipelines whose replies
- * the connection keeps until the next call, and the error text kept with the connection.
+ * the connection keeps until the next call (waited for, or collected without waiting by a thread
+ * that polls several connections), and the error text kept with the connection.
  *
  * Threads: none of its own; a connection belongs to the thread using it. Failure: the layer's
  * (any I/O error or timeout kills the connection), reported through wxgb_redis_errstr().
@@ -28,6 +29,7 @@ struct wxgb_redis {
     int timeout_ms;
     size_t pending;       /* commands appended since the last exchange */
     int broken;           /* an append failed: the pipeline is incomplete */
+    int collecting;       /* wxgb_redis_replies_some has replies still to come */
     redisReply **replies; /* the last pipeline's replies */
     size_t nreplies, cap;
     char err[512];
@@ -130,26 +132,40 @@ void wxgb_redis_append(wxgb_redis_t *r, const char *arg, ...)
     va_end(ap);
 }
 
-redisReply **wxgb_redis_replies(wxgb_redis_t *r, size_t *n)
+/* The start of a pipeline's exchange: drops the last replies, takes the count of the commands
+ * appended into *want and makes room for their replies. -1 when the pipeline cannot be sent. */
+static int begin_exchange(wxgb_redis_t *r, size_t *want)
 {
     drop_replies(r);
-    *n = 0;
-    size_t want = r->pending;
+    *want = r->pending;
     r->pending = 0;
     if (r->broken)
-        return NULL;
-    if (want > r->cap || !r->replies) {
+        return -1;
+    if (*want > r->cap || !r->replies) {
         /* Room for one at least: an empty pipeline answers an array, not NULL. */
-        size_t cap = want ? want : 1;
+        size_t cap = *want ? *want : 1;
         redisReply **p = realloc(r->replies, cap * sizeof *p);
         if (!p) {
             snprintf(r->err, sizeof r->err, "out of memory");
             r->broken = 1;
-            return NULL;
+            return -1;
         }
         r->replies = p;
         r->cap = cap;
     }
+    return 0;
+}
+
+redisReply **wxgb_redis_replies(wxgb_redis_t *r, size_t *n)
+{
+    size_t want = 0;
+    *n = 0;
+    if (r->collecting) {
+        snprintf(r->err, sizeof r->err, "a pipeline sent while another is being collected");
+        r->broken = 1;
+    }
+    if (begin_exchange(r, &want) != 0)
+        return NULL;
     if (want == 0)
         return r->replies;
     size_t got = 0;
@@ -160,6 +176,38 @@ redisReply **wxgb_redis_replies(wxgb_redis_t *r, size_t *n)
         return NULL;
     }
     *n = got;
+    return r->replies;
+}
+
+int wxgb_redis_fd(const wxgb_redis_t *r)
+{
+    return wxg__rconn_fd(r->conn);
+}
+
+redisReply **wxgb_redis_replies_some(wxgb_redis_t *r, size_t *n, short *events)
+{
+    *n = 0;
+    *events = 0;
+    if (!r->collecting) {
+        size_t want = 0;
+        if (begin_exchange(r, &want) != 0)
+            return NULL;
+        if (want == 0)
+            return r->replies;
+        r->collecting = 1;
+    }
+    int rc =
+        wxg__rconn_collect_some(r->conn, r->replies, &r->nreplies, events, r->err, sizeof r->err);
+    if (rc) {
+        r->collecting = 0;
+        r->broken = 1;
+        *events = 0;
+        return NULL;
+    }
+    if (*events)
+        return NULL;
+    r->collecting = 0;
+    *n = r->nreplies;
     return r->replies;
 }
 

@@ -44,4 +44,12 @@ void wxgb_redis_append(wxgb_redis_t *r, const char *arg, ...) __attribute__((sen
 void wxgb_redis_append_argv(wxgb_redis_t *r, int argc, const char **argv, const size_t *lens);
 redisReply **wxgb_redis_replies(wxgb_redis_t *r, size_t *n);
 
+/* wxgb_redis_replies without waiting, for a thread that multiplexes several connections with
+ * poll(): sends what was appended and reads the replies that have arrived. Every reply in: the
+ * replies as wxgb_redis_replies gives them. NULL with *events != 0: more are due; poll
+ * wxgb_redis_fd(r) for *events, then call again (appending nothing meanwhile); the caller keeps
+ * its own deadline. NULL with *events == 0: the exchange failed (wxgb_redis_errstr). */
+redisReply **wxgb_redis_replies_some(wxgb_redis_t *r, size_t *n, short *events);
+int wxgb_redis_fd(const wxgb_redis_t *r);
+
 #endif

@@ -2,7 +2,8 @@
 # wxguard-bench reads the guard's and the consumer's settings through the configuration keys and
 # their one mapping (cmd/wxguard-bench/bench_conf.c, lib/conf_map.c), as wxguard-consumer does:
 # a bad value of a key, from --set or from the subcommand's own options, is refused before any
-# server is reached, with the key named and exit status 2. No server is needed.
+# server is reached, with the key named and exit status 2; so are the names of --design. No
+# server is needed.
 # usage: wxguard_bench.sh <wxguard-bench>
 set -u
 bench=$1
@@ -31,6 +32,17 @@ refused "guard.done.retention" guard --port 1 --set guard.done.retention=soon
 refused "guard.lease.ms" guard --port 1 --set guard.lease.ms=1
 refused "nosuch.key" guard --port 1 --set nosuch.key=1
 refused "redis.db" guard --port 1 --set redis.db=70000
+
+# The design names are read before any server is reached: every one of them is accepted (the
+# run goes on to connect, and port 1 refuses), and an unknown one is refused by its name.
+"$bench" guard --port 1 --design native,lua,naive,seed,seed-rt >"$tmp/out" 2>"$tmp/err"
+if grep -F -q "unknown design" "$tmp/err" || ! grep -F -q "cannot connect" "$tmp/err"; then
+    fail "--design native,lua,naive,seed,seed-rt: not accepted: $(cat "$tmp/err")"
+fi
+"$bench" guard --port 1 --design seed,seed-rtt >"$tmp/out" 2>"$tmp/err"
+if ! grep -F -q "unknown design 'seed-rtt'" "$tmp/err"; then
+    fail "--design seed,seed-rtt: not refused by name: $(cat "$tmp/err")"
+fi
 
 if [ $failures -ne 0 ]; then
     echo "$failures failure(s)" >&2
