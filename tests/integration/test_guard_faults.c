@@ -119,11 +119,7 @@ restart_in_the_middle_of_a_batch_completes_nothing_falsely_and_loses_nothing(voi
         msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), NULL};
     }
     /* The first half completes before the restart, the second half is in flight. */
-    assert_int_equal(wxg_guard_claim_batch(f->g, msgs, N, out), 0);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
-        t[i] = out[i].ticket;
-    }
+    gt_claim_all(f->g, msgs, N, out, t);
     assert_int_equal(wxg_guard_complete_batch(f->g, t, N / 2, res), 0);
     assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
     int rc, fails = 0;
@@ -467,11 +463,7 @@ static void a_complete_retried_after_wait_fell_short_finds_its_marker(void **sta
         snprintf(keys[i], sizeof keys[i], "bot:n:%d", 8100 + i);
         msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), i % 2 ? hash : NULL};
     }
-    assert_int_equal(wxg_guard_claim_batch(g, msgs, N, out), 0);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
-        t[i] = out[i].ticket;
-    }
+    gt_claim_all(g, msgs, N, out, t);
     assert_int_equal(kill(replica.pid, SIGSTOP), 0);
     for (int attempt = 0; attempt < 3; attempt++)
         assert_int_equal(wxg_guard_complete_batch(g, t, N, res), WXG_EREPLICAS);

@@ -263,11 +263,7 @@ static void complete_range(wxg_guard_t *g, int from, int n)
             snprintf(keys[i], sizeof keys[i], "bot:a:%d", from + base + i);
             msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), NULL};
         }
-        assert_int_equal(wxg_guard_claim_batch(g, msgs, (size_t)m, out), 0);
-        for (int i = 0; i < m; i++) {
-            assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
-            t[i] = out[i].ticket;
-        }
+        gt_claim_all(g, msgs, (size_t)m, out, t);
         assert_int_equal(wxg_guard_complete_batch(g, t, (size_t)m, res), 0);
         for (int i = 0; i < m; i++) {
             assert_int_equal(res[i], WXG_GUARD_OK);

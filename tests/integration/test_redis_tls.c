@@ -98,11 +98,7 @@ static void the_state_machine_runs_over_tls(void **state)
         snprintf(keys[i], sizeof keys[i], "wxid_tls:n:%d", 73000 + i);
         msgs[i] = (wxg_guard_msg_t){keys[i], strlen(keys[i]), NULL};
     }
-    assert_int_equal(wxg_guard_claim_batch(g, msgs, N, out), 0);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
-        t[i] = out[i].ticket;
-    }
+    gt_claim_all(g, msgs, N, out, t);
     assert_int_equal(wxg_guard_plugin_done(g, &t[0], "billing", "charged", 7), 0);
     assert_int_equal(wxg_guard_complete_batch(g, t, N, res), 0);
     for (int i = 0; i < N; i++) {

@@ -229,3 +229,13 @@ void gt_cluster_target_stop(wxg_test_cluster_t *cl, int started)
     if (started)
         wxg_test_cluster_stop(cl);
 }
+
+void gt_claim_all(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out,
+                  wxg_guard_ticket_t *t)
+{
+    assert_int_equal(wxg_guard_claim_batch(g, msgs, n, out), 0);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(out[i].outcome, WXG_GUARD_CLAIMED);
+        t[i] = out[i].ticket;
+    }
+}

@@ -66,6 +66,11 @@ void gt_tls_target_stop(wxg_test_redis_t *srv, char *pki);
 int gt_cluster_target(wxg_test_cluster_t *cl, wxg_guard_conf_t *c);
 void gt_cluster_target_stop(wxg_test_cluster_t *cl, int started);
 
+/* Claims msgs[0..n) in one batch call, asserts that the call succeeded and that every message
+ * was CLAIMED, and copies each ticket into t[i] (pointing into out[i], which the caller clears). */
+void gt_claim_all(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_guard_claim_t *out,
+                  wxg_guard_ticket_t *t);
+
 /* Asserts that a fencing token is a server time in microseconds (docs/guard.md §3.4) within a
  * minute of this machine's clock (the test servers run on this machine). */
 void gt_assert_fence_is_now(uint64_t fence);
