@@ -341,11 +341,13 @@ static const wxg_conf_keydef_t keys[] = {
          "to /v1/callback/oa is checked against it (401 when wrong). Empty turns the Official "
          "Account endpoint off (404)."),
     KSTR("ingest.oa.aes.key", "", 0, 43, I_, WXG_CONF_SECRET,
-         "EncodingAESKey of the Official Account (43 characters), for pushes in safe or "
-         "compatible mode (encrypt_type=aes): their msg_signature is checked (401 when wrong), "
-         "Encrypt is decrypted and the plaintext push is what gets stored. Empty: such pushes are "
-         "refused with 400 in safe mode and read from their plaintext fields in compatible mode. "
-         "Requires ingest.oa.token and ingest.oa.appid."),
+         "EncodingAESKey of the Official Account (43 characters). When set, a push is accepted "
+         "only encrypted (encrypt_type=aes, in any case; safe or compatible mode): its "
+         "msg_signature over Encrypt is checked (401 when wrong), Encrypt is decrypted and the "
+         "plaintext push is what gets stored; a plaintext push is refused with 401 unless "
+         "ingest.oa.plaintext.accept is set. Empty: encrypted pushes are refused with 400 in safe "
+         "mode and read from their plaintext fields in compatible mode. Requires ingest.oa.token "
+         "and ingest.oa.appid."),
     KSTR("ingest.oa.aes.key.previous", "", 0, 43, I_, WXG_CONF_SECRET,
          "The EncodingAESKey before the last change, tried when a push does not decrypt with "
          "ingest.oa.aes.key, so that pushes sealed just before a key change are not lost. Empty "
@@ -354,11 +356,32 @@ static const wxg_conf_keydef_t keys[] = {
          "AppId of the Official Account: a decrypted push must end with it (400 otherwise). "
          "Required with ingest.oa.aes.key."),
     KSTR("ingest.hmac.secret", "", 0, 1024, I_, WXG_CONF_SECRET,
-         "Shared secret of the gateway: when set, every callback except the Official Account's "
-         "must carry X-Wxg-Timestamp: <Unix seconds> and X-Wxg-Signature: sha256=<hex "
-         "HMAC-SHA256 of the timestamp, '.', and the body> (401 otherwise); with "
-         "ingest.signature.tolerance.ms = 0 a request without X-Wxg-Timestamp may sign the body "
-         "alone."),
+         "Shared secret of the gateways, valid for every account: when any gateway secret is set "
+         "(this one, ingest.hmac.secret.previous or ingest.hmac.gateways), every callback except "
+         "the Official Account's must carry X-Wxg-Timestamp: <Unix seconds> and X-Wxg-Signature: "
+         "sha256=<hex HMAC-SHA256 of the timestamp, '.', and the body> under one of them (401 "
+         "otherwise); with ingest.signature.tolerance.ms = 0 a request without X-Wxg-Timestamp "
+         "may sign the body alone."),
+    KSTR("ingest.hmac.secret.previous", "", 0, 1024, I_, WXG_CONF_SECRET,
+         "The gateway secret before the last change, accepted beside ingest.hmac.secret so that "
+         "the gateways can move to the new one without downtime. Empty once they all have."),
+    KSTR("ingest.hmac.gateways", "", 0, 65536, I_, WXG_CONF_SECRET,
+         "Gateway secrets bound to accounts, for an operator who runs several gateways: a "
+         "comma-separated list of <account>[|<account>...]=<secret> (a secret here holds no "
+         "comma and no surrounding blanks). A callback signed with one of them is accepted only "
+         "for its accounts (403 otherwise, also for the {account} path segment). List a secret "
+         "twice, old and new, to rotate it."),
+    KBOOL("ingest.hmac.required", "true", I_,
+          "Refuse to start when ingest.listen is not a loopback address and no gateway secret is "
+          "set, since anyone who reaches the port could then post callbacks for any account. Set "
+          "false only when something in front of ingest authenticates the gateways (a warning is "
+          "logged at start-up)."),
+    KBOOL("ingest.oa.plaintext.accept", "false", I_,
+          "Accept plaintext Official Account pushes although ingest.oa.aes.key is set, for the "
+          "time of a migration to safe mode (a warning is logged at start-up). A plaintext push's "
+          "signature covers the token, timestamp and nonce but no byte of its body: anyone who "
+          "saw one request URL can post any body under it within ingest.signature.tolerance.ms. "
+          "With false, such pushes are refused with 401."),
     KDUR("ingest.signature.tolerance.ms", "5m", 0, 1 * DAY, I_,
          "Replay window of signed callbacks: a request whose signed timestamp (the Official "
          "Account's timestamp parameter, the gateway's X-Wxg-Timestamp) is older or further in "

@@ -116,6 +116,7 @@
 #include "pool_int.h"
 #include "recycle_int.h"
 #include "wxguard/err.h"
+#include "wxguard/ingest.h"
 #include "wxguard/log.h"
 
 #define STORE_EVERY_MS     20
@@ -1211,7 +1212,24 @@ static void dispatch(wxg_consumer_t *c, rd_kafka_message_t *m)
                               .cache = c->decode_cache};
     char err[256] = "";
     wxg_batch_t *batch = NULL;
-    int derr = wxg_decode(m->payload, m->len, &opts, &batch, err, sizeof err);
+    /* A record ingest wrote states how it decoded and for which account: decode it so, never by
+     * detecting again, or a body ingest checked as one format would run here as another. */
+    const void *sf = NULL, *sa = NULL;
+    size_t sf_len = 0, sa_len = 0;
+    rd_kafka_headers_t *hdrs = NULL;
+    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR && hdrs != NULL) {
+        /* A header with a null value is present all the same: as an empty text. */
+        if (rd_kafka_header_get_last(hdrs, WXG_INGEST_HDR_FORMAT, &sf, &sf_len) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR &&
+            sf == NULL)
+            sf = "";
+        if (rd_kafka_header_get_last(hdrs, WXG_INGEST_HDR_ACCOUNT, &sa, &sa_len) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR &&
+            sa == NULL)
+            sa = "";
+    }
+    int derr = wxg_ingest_record_decode(m->payload, m->len, sf, sf_len, sa, sa_len, &opts, &batch,
+                                        err, sizeof err);
     size_t nmsg = derr == 0 ? wxg_batch_count(batch) : 1;
     rec *r = nmsg <= 1 ? wxg__recycle_pop(&c->spare_recs, rec_size(1)) : NULL;
     if (r)

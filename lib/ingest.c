@@ -62,26 +62,52 @@
 #define ECHOSTR_MAX    512
 
 /* Endpoints, also the label values of the request counter. */
-enum endpoint { EP_WKTEAM = 0, EP_GEWE, EP_OA, EP_GENERIC, EP_AUTO, EP_OTHER, EP_COUNT };
+enum endpoint {
+    EP_WKTEAM = WXG_INGEST_EP_WKTEAM,
+    EP_GEWE = WXG_INGEST_EP_GEWE,
+    EP_OA = WXG_INGEST_EP_OA,
+    EP_GENERIC = WXG_INGEST_EP_GENERIC,
+    EP_AUTO = WXG_INGEST_EP_AUTO,
+    EP_OTHER,
+    EP_COUNT
+};
 static const char *const ep_names[EP_COUNT] = {"wkteam", "gewe", "oa", "generic", "auto", "other"};
 
 /* Why a request was refused 401, also the label values of the refusal counter. */
-static const char *const refusal_names[] = {"bad_signature", "bad_hmac", "missing_timestamp",
-                                            "bad_timestamp", "expired",  "future"};
+static const char *const refusal_names[] = {"bad_signature",    "bad_hmac", "missing_timestamp",
+                                            "bad_timestamp",    "expired",  "future",
+                                            "plaintext_refused"};
 #define NREFUSAL (sizeof refusal_names / sizeof refusal_names[0])
 
+/* Why a body was refused (400, or 403 for account_not_allowed): the `why` names of
+ * wxg_ingest_accept(), also the label values of the body refusal counter. */
+static const char *const body_refusal_names[] = {"undecodable",    "format_mismatch",
+                                                 "oa_elsewhere",   "account_mismatch",
+                                                 "mixed_accounts", "account_not_allowed"};
+#define NBODYREFUSAL (sizeof body_refusal_names / sizeof body_refusal_names[0])
+
 /* Statuses counted per endpoint. */
-static const unsigned statuses[] = {200, 400, 401, 404, 405, 413, 500, 503};
+static const unsigned statuses[] = {200, 400, 401, 403, 404, 405, 413, 500, 503};
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
+
+/* One gateway secret and the accounts it may post for (none: any account). */
+typedef struct hmac_secret {
+    char *secret;
+    char **accounts;
+    size_t naccounts;
+    int previous; /* ingest.hmac.secret.previous: logged when it is the one that verified */
+} hmac_secret;
 
 struct wxg_ingest_s {
     wxg_httpd_t *httpd;
     wxg_producer_t *producer;
     wxg_metrics_t *metrics;
     char *topic;
-    char *oa_token;       /* NULL: the oa endpoint is off */
-    char *hmac_secret;    /* NULL: no gateway HMAC */
-    int64_t tolerance_ms; /* replay window of signed timestamps, 0: off */
+    char *oa_token;          /* NULL: the oa endpoint is off */
+    hmac_secret *secrets;    /* the gateway secrets, in the order they are tried */
+    size_t nsecrets;         /* 0: no gateway HMAC */
+    int oa_plaintext_accept; /* plaintext pushes beside a key (a migration's opt-in) */
+    int64_t tolerance_ms;    /* replay window of signed timestamps, 0: off */
     /* Safe mode: the EncodingAESKey (and the one before it, during a rotation) as AES keys, and
      * the AppId the plaintext must end with. has_key 0: encrypted pushes are refused. */
     unsigned char oa_key[WXG__OA_AES_KEY_BYTES], oa_key_prev[WXG__OA_AES_KEY_BYTES];
@@ -93,6 +119,7 @@ struct wxg_ingest_s {
     atomic_uint_fast64_t rid_next;
     _Atomic(wxg_metric_t *) requests[EP_COUNT][NSTATUS];
     _Atomic(wxg_metric_t *) refusals[EP_COUNT][NREFUSAL];
+    _Atomic(wxg_metric_t *) body_refusals[EP_COUNT][NBODYREFUSAL];
     wxg_metric_t *produce_seconds;
     wxg_metric_t *bytes;
 };
@@ -257,6 +284,25 @@ static void count_refusal(wxg_ingest_t *in, enum endpoint ep, const char *why)
     wxg_counter_inc(m);
 }
 
+/* Counts a body refused by wxg_ingest_accept() by its reason (one of body_refusal_names). */
+static void count_body_refusal(wxg_ingest_t *in, enum endpoint ep, const char *why)
+{
+    size_t ri = 0;
+    while (ri < NBODYREFUSAL && strcmp(body_refusal_names[ri], why) != 0)
+        ri++;
+    if (in->metrics == NULL || ri == NBODYREFUSAL)
+        return;
+    wxg_metric_t *m = atomic_load(&in->body_refusals[ep][ri]);
+    if (m == NULL) {
+        m = wxg_metrics_counter(in->metrics, "wxg_ingest_body_refused_total",
+                                "Callback bodies refused (400, or 403 for an account the signing "
+                                "secret is not bound to), by endpoint and reason.",
+                                "endpoint", ep_names[ep], "reason", body_refusal_names[ri], NULL);
+        atomic_store(&in->body_refusals[ep][ri], m);
+    }
+    wxg_counter_inc(m);
+}
+
 static void collect(void *opaque, wxg_metrics_t *reg)
 {
     wxg_ingest_t *in = opaque;
@@ -326,8 +372,7 @@ static void answer_ok(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp)
 }
 
 /* Splits "{format}[/{account}]" after the prefix. Returns 0, or -1 for an unknown shape. */
-static int parse_route(const char *rest, enum endpoint *ep, wxg_format_t *fmt, char *account,
-                       size_t account_size)
+static int parse_route(const char *rest, enum endpoint *ep, char *account, size_t account_size)
 {
     char name[32];
     const char *slash = strchr(rest, '/');
@@ -343,19 +388,9 @@ static int parse_route(const char *rest, enum endpoint *ep, wxg_format_t *fmt, c
             return -1;
         snprintf(account, account_size, "%s", a);
     }
-    static const struct {
-        const char *name;
-        enum endpoint ep;
-        wxg_format_t fmt;
-    } routes[] = {
-        {"wkteam", EP_WKTEAM, WXG_FORMAT_WKTEAM}, {"gewe", EP_GEWE, WXG_FORMAT_GEWE},
-        {"oa", EP_OA, WXG_FORMAT_OA_XML},         {"generic", EP_GENERIC, WXG_FORMAT_GENERIC},
-        {"auto", EP_AUTO, WXG_FORMAT_AUTO},
-    };
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        if (strcmp(name, routes[i].name) == 0) {
-            *ep = routes[i].ep;
-            *fmt = routes[i].fmt;
+    for (int i = 0; i < EP_OTHER; i++) {
+        if (strcmp(name, ep_names[i]) == 0) {
+            *ep = (enum endpoint)i;
             return 0;
         }
     }
@@ -378,18 +413,230 @@ static int is_oa(wxg_format_t f)
     return f == WXG_FORMAT_OA_XML || f == WXG_FORMAT_OA_JSON;
 }
 
-/* Decodes, checks the account, produces, and answers. */
-static void ingest_body(wxg_ingest_t *in, reqinfo *ri, wxg_format_t fmt, const char *path_account,
+/* ---- the accept decision ------------------------------------------------------------------ */
+
+static wxg_format_t endpoint_format(wxg_ingest_endpoint_t ep, const char *body, size_t len)
+{
+    switch (ep) {
+    case WXG_INGEST_EP_WKTEAM:
+        return WXG_FORMAT_WKTEAM;
+    case WXG_INGEST_EP_GEWE:
+        return WXG_FORMAT_GEWE;
+    case WXG_INGEST_EP_OA:
+        return sniff_oa(body, len);
+    case WXG_INGEST_EP_GENERIC:
+        return WXG_FORMAT_GENERIC;
+    default:
+        return WXG_FORMAT_AUTO;
+    }
+}
+
+static int refused(const char **why, const char *what, char *reason, size_t reason_size, int rc,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int refused(const char **why, const char *what, char *reason, size_t reason_size, int rc,
+                   const char *fmt, ...)
+{
+    *why = what;
+    if (reason != NULL && reason_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(reason, reason_size, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+/* Whether detection reads the body as the endpoint's decode did. Both readings of a probe carry
+ * no account and so act for nobody: they may name different formats. 1 same, 0 not, or
+ * WXG_ENOMEM. `seen` receives the name of what detection decided. */
+static int detection_agrees(const void *body, size_t len, size_t max_bytes,
+                            const wxg_msg_view_t *first, const char **seen)
+{
+    wxg_decode_opts_t o = {.format = WXG_FORMAT_AUTO, .max_bytes = max_bytes};
+    wxg_batch_t *a = NULL;
+    char tmp[256];
+    int rc = wxg_decode(body, len, &o, &a, tmp, sizeof tmp);
+    if (rc == WXG_ENOMEM)
+        return WXG_ENOMEM;
+    const wxg_msg_view_t *af = rc == 0 ? wxg_batch_msg(a, 0) : NULL;
+    int same = af != NULL && (af->format == first->format ||
+                              (af->account[0] == '\0' && first->account[0] == '\0'));
+    *seen = af != NULL ? wxg_format_name(af->format) : rc == 0 ? "an empty batch" : "nothing";
+    wxg_batch_free(a);
+    return same;
+}
+
+static int allowed_account(const wxg_ingest_accept_opts_t *o, const char *account)
+{
+    if (o->allowed == NULL || account[0] == '\0')
+        return 1;
+    for (size_t i = 0; i < o->nallowed; i++) {
+        if (o->allowed[i] != NULL && strcmp(o->allowed[i], account) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int wxg_ingest_accept(wxg_ingest_endpoint_t ep, const void *body, size_t len,
+                      const wxg_ingest_accept_opts_t *opts, wxg_batch_t **out, const char **why,
+                      char *reason, size_t reason_size)
+{
+    static const wxg_ingest_accept_opts_t none = {0};
+    const char *dummy;
+    char tmp[8];
+    if (why == NULL)
+        why = &dummy;
+    *why = NULL;
+    if (reason == NULL || reason_size == 0) {
+        reason = tmp;
+        reason_size = sizeof tmp;
+    }
+    reason[0] = '\0';
+    if (out == NULL || (body == NULL && len > 0) || (unsigned)ep > WXG_INGEST_EP_AUTO)
+        return refused(why, "undecodable", reason, reason_size, WXG_EINVAL, "invalid argument");
+    *out = NULL;
+    const wxg_ingest_accept_opts_t *o = opts != NULL ? opts : &none;
+    const char *pacct = o->path_account != NULL ? o->path_account : "";
+
+    wxg_format_t f = endpoint_format(ep, body, len);
+    wxg_decode_opts_t dopts = {.format = f, .max_bytes = o->max_bytes};
+    wxg_batch_t *b = NULL;
+    int rc = wxg_decode(body, len, &dopts, &b, reason, reason_size);
+    if (rc != 0) {
+        *why = rc == WXG_ENOMEM ? "nomem" : "undecodable";
+        return rc;
+    }
+    size_t n = wxg_batch_count(b);
+    if (n == 0) {
+        *out = b;
+        return 0;
+    }
+    const wxg_msg_view_t *first = wxg_batch_msg(b, 0);
+    const char *fname = wxg_format_name(first->format);
+    if (f != WXG_FORMAT_AUTO) {
+        const char *seen = "nothing";
+        int same = detection_agrees(body, len, o->max_bytes, first, &seen);
+        if (same != 1) {
+            wxg_batch_free(b);
+            if (same == WXG_ENOMEM)
+                return refused(why, "nomem", reason, reason_size, WXG_ENOMEM, "out of memory");
+            return refused(why, "format_mismatch", reason, reason_size, WXG_EFORMAT,
+                           "the body reads as %s to format detection, not as the endpoint's %s: a "
+                           "body carrying another format's fields is refused",
+                           seen, fname);
+        }
+    }
+    if (ep != WXG_INGEST_EP_OA && is_oa(first->format)) {
+        /* Through another endpoint an Official Account push would skip its signature check. */
+        wxg_batch_free(b);
+        return refused(why, "oa_elsewhere", reason, reason_size, WXG_EFORMAT,
+                       "Official Account pushes are accepted only on " WXG_INGEST_PATH_PREFIX
+                       "oa, where their signature is checked");
+    }
+    const char *want = pacct[0] != '\0' ? pacct : first->account;
+    for (size_t i = 0; i < n; i++) {
+        const wxg_msg_view_t *m = wxg_batch_msg(b, i);
+        if (strcmp(m->account, want) != 0) {
+            wxg_batch_free(b);
+            if (pacct[0] != '\0')
+                return refused(why, "account_mismatch", reason, reason_size, WXG_ENOACCOUNT,
+                               "message %zu belongs to another account than the path names", i);
+            return refused(why, "mixed_accounts", reason, reason_size, WXG_ENOACCOUNT,
+                           "message %zu belongs to another account than message 0: one callback "
+                           "carries the messages of one bot",
+                           i);
+        }
+    }
+    if (!allowed_account(o, want)) {
+        wxg_batch_free(b);
+        return refused(why, "account_not_allowed", reason, reason_size, WXG_EAUTH,
+                       "the signing secret is not bound to this callback's account");
+    }
+    *out = b;
+    return 0;
+}
+
+int wxg_ingest_record_decode(const void *buf, size_t len, const char *format, size_t format_len,
+                             const char *account, size_t account_len, const wxg_decode_opts_t *opts,
+                             wxg_batch_t **out, char *errstr, size_t errstr_size)
+{
+    if (format == NULL)
+        return wxg_decode(buf, len, opts, out, errstr, errstr_size);
+    const char *dummy;
+    char tmp[8];
+    if (errstr == NULL || errstr_size == 0) {
+        errstr = tmp;
+        errstr_size = sizeof tmp;
+    }
+    if (out == NULL)
+        return refused(&dummy, "", errstr, errstr_size, WXG_EINVAL, "invalid argument");
+    *out = NULL;
+    char name[16];
+    wxg_format_t stated = WXG_FORMAT_AUTO;
+    if (format_len < sizeof name) {
+        memcpy(name, format, format_len);
+        name[format_len] = '\0';
+    }
+    if (format_len >= sizeof name || wxg_format_parse(name, &stated) != 0 ||
+        stated == WXG_FORMAT_AUTO)
+        return refused(&dummy, "", errstr, errstr_size, WXG_EFORMAT,
+                       "the record's " WXG_INGEST_HDR_FORMAT " header names no format");
+    wxg_format_t pinned = opts != NULL ? opts->format : WXG_FORMAT_AUTO;
+    if (pinned != WXG_FORMAT_AUTO && pinned != stated)
+        return refused(&dummy, "", errstr, errstr_size, WXG_EFORMAT,
+                       "the record's " WXG_INGEST_HDR_FORMAT
+                       " header states %s but consumer.format is %s",
+                       wxg_format_name(stated), wxg_format_name(pinned));
+    wxg_decode_opts_t o = opts != NULL ? *opts : (wxg_decode_opts_t){0};
+    o.format = stated;
+    char why[256] = "";
+    wxg_batch_t *b = NULL;
+    int rc = wxg_decode(buf, len, &o, &b, why, sizeof why);
+    if (rc != 0)
+        return refused(&dummy, "", errstr, errstr_size, rc,
+                       "as its " WXG_INGEST_HDR_FORMAT " header states (%s): %s",
+                       wxg_format_name(stated), why);
+    if (account != NULL) {
+        for (size_t i = 0; i < wxg_batch_count(b); i++) {
+            const char *a = wxg_batch_msg(b, i)->account;
+            if (strlen(a) != account_len || memcmp(a, account, account_len) != 0) {
+                wxg_batch_free(b);
+                return refused(
+                    &dummy, "", errstr, errstr_size, WXG_EFORMAT,
+                    "message %zu names another account than the record's " WXG_INGEST_HDR_ACCOUNT
+                    " header",
+                    i);
+            }
+        }
+    }
+    *out = b;
+    return 0;
+}
+
+/* Decides, produces, and answers. */
+static void ingest_body(wxg_ingest_t *in, reqinfo *ri, const wxg_ingest_accept_opts_t *ao,
                         const char *body, size_t len, int64_t t0, wxg_httpd_resp_t *resp)
 {
     wxg_batch_t *batch = NULL;
     char reason[512] = "";
     char *key = NULL;
-    wxg_decode_opts_t opts = {.format = fmt, .max_bytes = in->max_body};
-    int rc = wxg_decode(body, len, &opts, &batch, reason, sizeof reason);
+    const char *why = NULL;
+    int rc = wxg_ingest_accept((wxg_ingest_endpoint_t)ri->ep, body, len, ao, &batch, &why, reason,
+                               sizeof reason);
+    if (rc == WXG_ENOMEM) {
+        ri->outcome = "nomem";
+        answer(in, ri, resp, 500, "out of memory");
+        goto out;
+    }
     if (rc != 0) {
-        ri->outcome = "undecodable";
-        answer(in, ri, resp, 400, "%s: %s: %s", wxg_err_name(rc), wxg_strerror(rc), reason);
+        ri->outcome = why;
+        count_body_refusal(in, ri->ep, why);
+        if (strcmp(why, "undecodable") != 0)
+            wxg_log(WXG_LOG_WARN, "callback_refused", WXG_LS("request_id", ri->request_id),
+                    WXG_LS("endpoint", ep_names[ri->ep]), WXG_LS("reason", why),
+                    WXG_LS("detail", reason));
+        answer(in, ri, resp, rc == WXG_EAUTH ? 403 : 400, "%s: %s: %s", wxg_err_name(rc),
+               wxg_strerror(rc), reason);
         goto out;
     }
     size_t n = wxg_batch_count(batch);
@@ -400,24 +647,6 @@ static void ingest_body(wxg_ingest_t *in, reqinfo *ri, wxg_format_t fmt, const c
         goto out;
     }
     const wxg_msg_view_t *first = wxg_batch_msg(batch, 0);
-    if (ri->ep != EP_OA && is_oa(first->format)) {
-        /* Through another endpoint an Official Account push would skip its signature check. */
-        ri->outcome = "oa_elsewhere";
-        answer(in, ri, resp, 400,
-               "EFORMAT: Official Account pushes are accepted only on " WXG_INGEST_PATH_PREFIX
-               "oa, where their signature is checked");
-        goto out;
-    }
-    if (path_account[0] != '\0') {
-        for (size_t i = 0; i < n; i++) {
-            if (strcmp(wxg_batch_msg(batch, i)->account, path_account) != 0) {
-                ri->outcome = "account_mismatch";
-                answer(in, ri, resp, 400,
-                       "ENOACCOUNT: message %zu belongs to another account than the path names", i);
-                goto out;
-            }
-        }
-    }
     size_t al = strlen(first->account), cl = strlen(first->conversation);
     key = malloc(al + cl + 2);
     if (key == NULL) {
@@ -506,23 +735,34 @@ static int check_age(wxg_ingest_t *in, reqinfo *ri, wxg_httpd_resp_t *resp, cons
     return -1;
 }
 
-/* The gateway HMAC (every endpoint but oa, when ingest.hmac.secret is set). With the replay
+/* The gateway HMAC (every endpoint but oa, when any gateway secret is set). With the replay
  * window on, the HMAC must cover X-Wxg-Timestamp; with it off, a body-only HMAC is still taken.
- * Returns 0 when the request may go on; otherwise it has been answered. */
+ * The secrets are tried in turn: the current and the previous ingest.hmac.secret (any account),
+ * then each of ingest.hmac.gateways; the one that verifies sets ao->allowed to the accounts it is
+ * bound to (NULL: any). Returns 0 when the request may go on; otherwise it has been answered. */
 static int check_hmac(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req, const char *body,
-                      size_t len, wxg_httpd_resp_t *resp)
+                      size_t len, wxg_ingest_accept_opts_t *ao, wxg_httpd_resp_t *resp)
 {
-    if (in->hmac_secret == NULL)
+    if (in->nsecrets == 0)
         return 0;
     const char *ts = wxg_httpd_req_header(req, WXG_INGEST_TIMESTAMP_HEADER);
     if (ts == NULL && in->tolerance_ms > 0)
         return check_age(in, ri, resp, NULL, WXG_INGEST_HMAC_HEADER);
-    if (wxg_ingest_hmac_verify_ts(in->hmac_secret, ts, body, len,
-                                  wxg_httpd_req_header(req, WXG_INGEST_HMAC_HEADER)) != 0) {
+    const char *sig = wxg_httpd_req_header(req, WXG_INGEST_HMAC_HEADER);
+    const hmac_secret *hit = NULL;
+    for (size_t i = 0; i < in->nsecrets && hit == NULL; i++) {
+        if (wxg_ingest_hmac_verify_ts(in->secrets[i].secret, ts, body, len, sig) == 0)
+            hit = &in->secrets[i];
+    }
+    if (hit == NULL) {
         refuse(in, ri, resp, "bad_hmac", WXG_INGEST_HMAC_HEADER,
                "bad or missing " WXG_INGEST_HMAC_HEADER);
         return -1;
     }
+    if (hit->previous)
+        wxg_log(WXG_LOG_INFO, "hmac_previous_secret", WXG_LS("request_id", ri->request_id));
+    ao->allowed = hit->naccounts > 0 ? (const char *const *)hit->accounts : NULL;
+    ao->nallowed = hit->naccounts;
     return ts != NULL ? check_age(in, ri, resp, ts, WXG_INGEST_HMAC_HEADER) : 0;
 }
 
@@ -542,8 +782,8 @@ static int check_oa(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req,
 }
 
 static void ingest_encrypted(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_t *req,
-                             const char *path_account, const char *body, size_t len, int64_t t0,
-                             wxg_httpd_resp_t *resp)
+                             const wxg_ingest_accept_opts_t *ao, const char *body, size_t len,
+                             int64_t t0, wxg_httpd_resp_t *resp)
 {
     char reason[256] = "";
     char *enc = NULL, *plain = NULL;
@@ -578,7 +818,7 @@ static void ingest_encrypted(wxg_ingest_t *in, reqinfo *ri, const wxg_httpd_req_
         answer(in, ri, resp, 400, "%s: %s", wxg_err_name(rc), reason);
         goto out;
     }
-    ingest_body(in, ri, sniff_oa(plain, plain_len), path_account, plain, plain_len, t0, resp);
+    ingest_body(in, ri, ao, plain, plain_len, t0, resp);
 out:
     free(enc);
     if (plain != NULL) {
@@ -593,7 +833,6 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
     int64_t t0 = wxg__mono_ms();
     reqinfo ri = {.ep = EP_OTHER, .outcome = "refused"};
     char account[ACCOUNT_MAX + 1];
-    wxg_format_t fmt = WXG_FORMAT_AUTO;
     const char *method = wxg_httpd_req_method(req);
     const char *path = wxg_httpd_req_path(req);
     size_t len = 0;
@@ -607,14 +846,14 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
                  (uint64_t)atomic_fetch_add(&in->rid_next, 1));
 
     if (strncmp(path, WXG_INGEST_PATH_PREFIX, strlen(WXG_INGEST_PATH_PREFIX)) != 0 ||
-        parse_route(path + strlen(WXG_INGEST_PATH_PREFIX), &ri.ep, &fmt, account, sizeof account) !=
-            0) {
+        parse_route(path + strlen(WXG_INGEST_PATH_PREFIX), &ri.ep, account, sizeof account) != 0) {
         ri.ep = EP_OTHER;
         answer(in, &ri, resp, 404,
                "not found: callbacks go to " WXG_INGEST_PATH_PREFIX
                "{wkteam,gewe,oa,generic,auto}[/{account}]");
         goto out;
     }
+    wxg_ingest_accept_opts_t ao = {.path_account = account, .max_bytes = in->max_body};
     int is_get = strcmp(method, "GET") == 0;
     if (strcmp(method, "POST") != 0 && !(is_get && ri.ep == EP_OA)) {
         answer(in, &ri, resp, 405, "method not allowed");
@@ -641,16 +880,24 @@ static void handle(void *opaque, const wxg_httpd_req_t *req, wxg_httpd_resp_t *r
             answer_raw(in, &ri, resp, 200, echo, strlen(echo));
             goto out;
         }
+        /* Safe mode is strict: with a key, only an encrypted push counts, whatever the query
+         * claims, since the URL signature of a plaintext push covers no byte of its body. */
         const char *et = wxg_httpd_req_query(req, "encrypt_type");
-        if (in->has_key && et != NULL && strcmp(et, "aes") == 0) {
-            ingest_encrypted(in, &ri, req, account, body, len, t0, resp);
+        int encrypted = et != NULL && strcasecmp(et, "aes") == 0;
+        if (in->has_key && encrypted) {
+            ingest_encrypted(in, &ri, req, &ao, body, len, t0, resp);
             goto out;
         }
-        fmt = sniff_oa(body, len);
-    } else if (check_hmac(in, &ri, req, body, len, resp) != 0) {
+        if (in->has_key && !in->oa_plaintext_accept) {
+            refuse(in, &ri, resp, "plaintext_refused", "msg_signature",
+                   "ingest.oa.aes.key is set: only encrypted pushes (encrypt_type=aes, "
+                   "msg_signature) are accepted");
+            goto out;
+        }
+    } else if (check_hmac(in, &ri, req, body, len, &ao, resp) != 0) {
         goto out;
     }
-    ingest_body(in, &ri, fmt, account, body, len, t0, resp);
+    ingest_body(in, &ri, &ao, body, len, t0, resp);
 out:
     wxg_log(WXG_LOG_DEBUG, "callback", WXG_LS("request_id", ri.request_id),
             WXG_LS("endpoint", ep_names[ri.ep]), WXG_LU("status", resp->status),
@@ -718,6 +965,137 @@ static int oa_keys(wxg_ingest_t *in, const wxg_conf_t *conf, char *errstr, size_
     return 0;
 }
 
+/* Whether a host of ingest.listen reaches only this machine. */
+static int loopback_host(const char *host)
+{
+    return strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 ||
+           strncmp(host, "127.", 4) == 0;
+}
+
+static void free_secrets(wxg_ingest_t *in)
+{
+    for (size_t i = 0; i < in->nsecrets; i++) {
+        hmac_secret *h = &in->secrets[i];
+        if (h->secret != NULL) {
+            OPENSSL_cleanse(h->secret, strlen(h->secret));
+            free(h->secret);
+        }
+        for (size_t k = 0; k < h->naccounts; k++)
+            free(h->accounts[k]);
+        free(h->accounts);
+    }
+    free(in->secrets);
+    in->secrets = NULL;
+    in->nsecrets = 0;
+}
+
+/* Appends a secret (len bytes of s) bound to the '|'-separated accounts in accts (alen bytes;
+ * none: any account). 0, or WXG_ECONFIG / WXG_ENOMEM with errstr set (never to the secret). */
+static int add_secret(wxg_ingest_t *in, const char *s, size_t len, const char *accts, size_t alen,
+                      int previous, size_t entry, char *errstr, size_t errstr_size)
+{
+    hmac_secret *grown = realloc(in->secrets, (in->nsecrets + 1) * sizeof *grown);
+    if (grown == NULL)
+        goto oom;
+    in->secrets = grown;
+    hmac_secret *h = &in->secrets[in->nsecrets++];
+    *h = (hmac_secret){.previous = previous};
+    if ((h->secret = strndup(s, len)) == NULL)
+        goto oom;
+    for (size_t i = 0; i < alen;) {
+        const char *bar = memchr(accts + i, '|', alen - i);
+        size_t n = bar != NULL ? (size_t)(bar - (accts + i)) : alen - i;
+        char *a = strndup(accts + i, n);
+        char **more = realloc(h->accounts, (h->naccounts + 1) * sizeof *more);
+        if (a == NULL || more == NULL) {
+            free(a);
+            if (more != NULL)
+                h->accounts = more;
+            goto oom;
+        }
+        h->accounts = more;
+        h->accounts[h->naccounts++] = a;
+        if (!sane_id(a, ACCOUNT_MAX)) {
+            wxg__errf(errstr, errstr_size,
+                      "ingest.hmac.gateways: entry %zu names an account that is not a sane id "
+                      "(letters, digits, '-', '_', '.', '@', at most %d bytes)",
+                      entry + 1, ACCOUNT_MAX);
+            return WXG_ECONFIG;
+        }
+        i += n + 1;
+    }
+    return 0;
+oom:
+    wxg__errf(errstr, errstr_size, "out of memory");
+    return WXG_ENOMEM;
+}
+
+/* Reads the gateway secrets and applies ingest.hmac.required. */
+static int gateway_secrets(wxg_ingest_t *in, const wxg_conf_t *conf, char *errstr,
+                           size_t errstr_size)
+{
+    const char *cur = wxg_conf_get(conf, "ingest.hmac.secret");
+    const char *prev = wxg_conf_get(conf, "ingest.hmac.secret.previous");
+    const char *gw = wxg_conf_get(conf, "ingest.hmac.gateways");
+    int rc;
+    if ((cur == NULL || cur[0] == '\0') && prev != NULL && prev[0] != '\0') {
+        wxg__errf(errstr, errstr_size,
+                  "ingest.hmac.secret.previous is set but ingest.hmac.secret is empty");
+        return WXG_ECONFIG;
+    }
+    if (cur != NULL && cur[0] != '\0' &&
+        (rc = add_secret(in, cur, strlen(cur), "", 0, 0, 0, errstr, errstr_size)) != 0)
+        return rc;
+    if (prev != NULL && prev[0] != '\0' &&
+        (rc = add_secret(in, prev, strlen(prev), "", 0, 1, 0, errstr, errstr_size)) != 0)
+        return rc;
+    for (size_t entry = 0; gw != NULL && *gw != '\0'; entry++) {
+        while (*gw == ' ' || *gw == '\t')
+            gw++;
+        const char *comma = strchr(gw, ',');
+        size_t n = comma != NULL ? (size_t)(comma - gw) : strlen(gw);
+        while (n > 0 && (gw[n - 1] == ' ' || gw[n - 1] == '\t'))
+            n--;
+        const char *eq = memchr(gw, '=', n);
+        if (eq == NULL || eq == gw || eq + 1 == gw + n) {
+            wxg__errf(errstr, errstr_size,
+                      "ingest.hmac.gateways: entry %zu is not <account>[|<account>...]=<secret>",
+                      entry + 1);
+            return WXG_ECONFIG;
+        }
+        rc = add_secret(in, eq + 1, (size_t)(gw + n - (eq + 1)), gw, (size_t)(eq - gw), 0, entry,
+                        errstr, errstr_size);
+        if (rc != 0)
+            return rc;
+        gw = comma != NULL ? comma + 1 : "";
+    }
+
+    char host[256] = "";
+    int port = 0;
+    const char *listen = wxg_conf_get(conf, "ingest.listen");
+    int local = listen != NULL && wxg_conf_parse_addr(listen, host, sizeof host, &port) == 0 &&
+                loopback_host(host);
+    if (in->nsecrets == 0 && !local) {
+        if (wxg_conf_bool(conf, "ingest.hmac.required")) {
+            wxg__errf(errstr, errstr_size,
+                      "ingest.listen (%s) is not a loopback address and no gateway secret is set "
+                      "(ingest.hmac.secret or ingest.hmac.gateways): anyone who reaches it could "
+                      "post callbacks for any account; set a secret, or ingest.hmac.required = "
+                      "false when something in front of ingest authenticates the gateways",
+                      listen != NULL ? listen : "");
+            return WXG_ECONFIG;
+        }
+        wxg_log(WXG_LOG_WARN, "hmac_not_required",
+                WXG_LS("detail", "ingest.hmac.required is false and no gateway secret is set: "
+                                 "every gateway callback that reaches ingest.listen is accepted"));
+    } else if (in->nsecrets == 0) {
+        wxg_log(WXG_LOG_WARN, "hmac_off",
+                WXG_LS("detail", "no gateway secret is set: every gateway callback that reaches "
+                                 "the loopback ingest.listen is accepted"));
+    }
+    return 0;
+}
+
 static char *dup_nonempty(const char *s, int *oom)
 {
     if (s == NULL || s[0] == '\0')
@@ -755,15 +1133,22 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
     in->budget_ms = (int)wxg_conf_int(conf, "ingest.produce.timeout.ms");
     in->topic = dup_nonempty(wxg_conf_get(conf, "ingest.topic"), &oom);
     in->oa_token = dup_nonempty(wxg_conf_get(conf, "ingest.oa.token"), &oom);
-    in->hmac_secret = dup_nonempty(wxg_conf_get(conf, "ingest.hmac.secret"), &oom);
     in->tolerance_ms = wxg_conf_int(conf, "ingest.signature.tolerance.ms");
     in->oa_appid = dup_nonempty(wxg_conf_get(conf, "ingest.oa.appid"), &oom);
     if (oom || in->topic == NULL) {
         wxg__errf(errstr, errstr_size, oom ? "out of memory" : "ingest.topic is empty");
         goto fail;
     }
-    if (oa_keys(in, conf, errstr, errstr_size) != 0)
+    if (oa_keys(in, conf, errstr, errstr_size) != 0 ||
+        gateway_secrets(in, conf, errstr, errstr_size) != 0)
         goto fail;
+    in->oa_plaintext_accept = wxg_conf_bool(conf, "ingest.oa.plaintext.accept");
+    if (in->has_key && in->oa_plaintext_accept)
+        wxg_log(WXG_LOG_WARN, "oa_plaintext_accepted",
+                WXG_LS("detail", "ingest.oa.plaintext.accept is set beside ingest.oa.aes.key: a "
+                                 "plaintext push's signature covers no byte of its body, so "
+                                 "anyone who saw one request URL can post forged pushes under it "
+                                 "until its timestamp expires"));
     if (getrandom(&in->rid_base, sizeof in->rid_base, GRND_NONBLOCK) != sizeof in->rid_base)
         in->rid_base = (uint64_t)wxg__wall_ms() ^ ((uint64_t)wxg__mono_ms() << 32);
     atomic_init(&in->rid_next, 1);
@@ -816,7 +1201,8 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
             WXG_LI("port", wxg_httpd_port(in->httpd)), WXG_LS("topic", in->topic),
             WXG_LI("budget_ms", in->budget_ms), WXG_LU("max_body", in->max_body),
             WXG_LU("concurrency", ho.max_inflight), WXG_LB("oa", in->oa_token != NULL),
-            WXG_LB("oa_safe_mode", in->has_key), WXG_LB("hmac", in->hmac_secret != NULL),
+            WXG_LB("oa_safe_mode", in->has_key), WXG_LB("hmac", in->nsecrets > 0),
+            WXG_LU("hmac_secrets", in->nsecrets),
             WXG_LI("signature_tolerance_ms", in->tolerance_ms));
     return in;
 fail:
@@ -842,7 +1228,7 @@ void wxg_ingest_destroy(wxg_ingest_t *in)
     wxg_producer_destroy(in->producer, in->budget_ms);
     free(in->topic);
     wipe_free(in->oa_token);
-    wipe_free(in->hmac_secret);
+    free_secrets(in);
     free(in->oa_appid);
     OPENSSL_cleanse(in->oa_key, sizeof in->oa_key);
     OPENSSL_cleanse(in->oa_key_prev, sizeof in->oa_key_prev);

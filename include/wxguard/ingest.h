@@ -43,6 +43,7 @@
 #include "wxguard/common.h"
 #include "wxguard/conf.h"
 #include "wxguard/metrics.h"
+#include "wxguard/msg.h"
 
 /* Record header names. Values are text. */
 #define WXG_INGEST_HDR_FORMAT     "wxg-format"  /* the decoded format, e.g. "oa-xml" */
@@ -60,6 +61,66 @@
 #define WXG_INGEST_TIMESTAMP_HEADER "X-Wxg-Timestamp"
 
 typedef struct wxg_ingest_s wxg_ingest_t;
+
+/* ---- the accept decision ---------------------------------------------------------------------
+ *
+ * What ingest authenticated is what the consumer runs: ingest decides once how a body decodes
+ * (wxg_ingest_accept), writes the decision into the record's headers (WXG_INGEST_HDR_FORMAT and
+ * WXG_INGEST_HDR_ACCOUNT), and the consumer decodes the record as stated (wxg_ingest_record_decode)
+ * instead of detecting the format again. Both are pure functions, so that a test or a fuzz harness
+ * can check that whatever one accepts, the other decodes to the same format, accounts and keys. */
+
+/* The callback endpoints, /v1/callback/{name}. */
+typedef enum wxg_ingest_endpoint {
+    WXG_INGEST_EP_WKTEAM = 0,
+    WXG_INGEST_EP_GEWE,
+    WXG_INGEST_EP_OA, /* the body is the plaintext push (decrypted first in safe mode) */
+    WXG_INGEST_EP_GENERIC,
+    WXG_INGEST_EP_AUTO
+} wxg_ingest_endpoint_t;
+
+typedef struct wxg_ingest_accept_opts {
+    const char *path_account; /* the {account} path segment; NULL or "" when the path has none */
+    /* The accounts the authenticated sender may post for (a gateway secret bound to accounts);
+     * NULL: any account. Borrowed for the call. */
+    const char *const *allowed;
+    size_t nallowed;
+    size_t max_bytes; /* the decoder's size cap (0: its default) */
+} wxg_ingest_accept_opts_t;
+
+/* Decides whether ingest stores `body` received on endpoint `ep`, and as what. Accepted when:
+ *   - it decodes with the endpoint's format (on auto, with detection; on oa, as XML when its
+ *     first non-blank byte is '<', else as JSON);
+ *   - detection decides the same format as the endpoint (a body that carries another format's
+ *     discriminating fields is refused, whatever the endpoint would make of it), except that two
+ *     readings of one URL-verification probe (no account) may differ;
+ *   - an Official Account push arrives on the oa endpoint only;
+ *   - every message names the path's account when the path has one, and else the first
+ *     message's account (one body, one bot);
+ *   - every account is one of `allowed` when that is set (a probe, which names none, passes).
+ * On success returns 0 and *out owns the batch as the consumer will decode it (possibly empty:
+ * nothing to store); free it with wxg_batch_free(). Otherwise *out is NULL, *why names the
+ * refusal (the label of wxg_ingest_refused_total: "undecodable", "format_mismatch",
+ * "oa_elsewhere", "account_mismatch", "mixed_accounts", "account_not_allowed"), `reason` (may be
+ * NULL) says it in a sentence, and the return value is the decoder's error, WXG_EFORMAT,
+ * WXG_ENOACCOUNT, WXG_EAUTH (account_not_allowed) or WXG_ENOMEM. Pure; any thread. */
+WXG_EXPORT int wxg_ingest_accept(wxg_ingest_endpoint_t ep, const void *body, size_t len,
+                                 const wxg_ingest_accept_opts_t *opts, wxg_batch_t **out,
+                                 const char **why, char *reason, size_t reason_size);
+
+/* Decodes a record as its producer stated. `format` and `account` are the values of the
+ * WXG_INGEST_HDR_FORMAT and WXG_INGEST_HDR_ACCOUNT headers (not NUL-terminated: their lengths
+ * follow; NULL when the record has no such header). opts->format is the consumer's pinned
+ * format (WXG_FORMAT_AUTO: not pinned). A record without a format header (another producer)
+ * decodes with opts as wxg_decode() does. A record with one decodes with the stated format, and
+ * fails with WXG_EFORMAT when the header names no format (or "auto"), names another format than
+ * a pinned one, or when a message names another account than the account header; a record that
+ * does not decode as stated fails with the decoder's error. The reason says which. Same return
+ * values, ownership and thread rules as wxg_decode(). */
+WXG_EXPORT int wxg_ingest_record_decode(const void *buf, size_t len, const char *format,
+                                        size_t format_len, const char *account, size_t account_len,
+                                        const wxg_decode_opts_t *opts, wxg_batch_t **out,
+                                        char *errstr, size_t errstr_size);
 
 /* Starts the receiver from the ingest.* and kafka.* keys of `conf` (read during the call only):
  * creates the producer and starts serving on ingest.listen. Kafka need not be reachable yet

@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -521,13 +522,378 @@ static void a_bad_listen_address_fails_start_with_a_reason(void **state)
 {
     (void)state;
     char err[512] = "";
-    const char *sets[] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=10.255.255.1:1"};
-    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, 2, err, sizeof err);
+    const char *sets[] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=10.255.255.1:1",
+                          "ingest.hmac.secret=s3cret"};
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, 3, err, sizeof err);
     assert_non_null(conf);
     assert_null(wxg_ingest_new(conf, NULL, err, sizeof err));
     assert_non_null(strstr(err, "cannot listen on 10.255.255.1:1"));
     wxg_conf_free(conf);
     wxg_ingest_destroy(NULL);
+}
+
+static char *read_sample(const char *name, size_t *len)
+{
+    const char *src = getenv("WXG_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/samples/%s", src ? src : ".", name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    char *buf = malloc(1 << 20);
+    assert_non_null(buf);
+    *len = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+/* The differential check: whatever ingest accepts on an endpoint, the consumer decodes from the
+ * record ingest writes (its headers) to the same format, accounts and keys, whether its
+ * consumer.format is auto or pinned to the stated format. Over every reference sample, on every
+ * endpoint, with and without the account in the path. */
+static void what_ingest_accepts_the_consumer_decodes_alike(void **state)
+{
+    (void)state;
+    const char *src = getenv("WXG_SOURCE_DIR");
+    char dirpath[4096];
+    snprintf(dirpath, sizeof dirpath, "%s/tests/fixtures/samples", src ? src : ".");
+    DIR *dir = opendir(dirpath);
+    assert_non_null(dir);
+    size_t files = 0, accepted = 0, unaccepted_files = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 5 ||
+            (strcmp(de->d_name + nl - 5, ".json") != 0 && strcmp(de->d_name + nl - 4, ".xml") != 0))
+            continue;
+        files++;
+        size_t len = 0;
+        char *body = read_sample(de->d_name, &len);
+        size_t took = 0;
+        for (int ep = WXG_INGEST_EP_WKTEAM; ep <= WXG_INGEST_EP_AUTO; ep++) {
+            for (int with_path = 0; with_path <= 1; with_path++) {
+                wxg_ingest_accept_opts_t o = {0};
+                wxg_batch_t *b = NULL;
+                char account[256] = "";
+                if (with_path) {
+                    /* The path names the account the endpoint reads, when it reads one. */
+                    if (wxg_ingest_accept((wxg_ingest_endpoint_t)ep, body, len, NULL, &b, NULL,
+                                          NULL, 0) != 0 ||
+                        wxg_batch_count(b) == 0) {
+                        wxg_batch_free(b);
+                        continue;
+                    }
+                    snprintf(account, sizeof account, "%s", wxg_batch_msg(b, 0)->account);
+                    wxg_batch_free(b);
+                    b = NULL;
+                    if (account[0] == '\0')
+                        continue;
+                    o.path_account = account;
+                }
+                if (wxg_ingest_accept((wxg_ingest_endpoint_t)ep, body, len, &o, &b, NULL, NULL,
+                                      0) != 0)
+                    continue;
+                took++;
+                accepted++;
+                size_t n = wxg_batch_count(b);
+                const char *fn = n > 0 ? wxg_format_name(wxg_batch_msg(b, 0)->format) : "generic";
+                const char *acct = n > 0 ? wxg_batch_msg(b, 0)->account : "";
+                for (int pin = 0; pin <= 1 && n > 0; pin++) {
+                    wxg_decode_opts_t d = {.format = WXG_FORMAT_AUTO};
+                    if (pin)
+                        assert_int_equal(wxg_format_parse(fn, &d.format), 0);
+                    wxg_batch_t *c = NULL;
+                    char err[256];
+                    int rc = wxg_ingest_record_decode(body, len, fn, strlen(fn), acct, strlen(acct),
+                                                      &d, &c, err, sizeof err);
+                    if (rc != 0)
+                        fail_msg("%s on endpoint %d: the consumer refuses it: %s", de->d_name, ep,
+                                 err);
+                    assert_int_equal(wxg_batch_count(c), n);
+                    for (size_t i = 0; i < n; i++) {
+                        const wxg_msg_view_t *x = wxg_batch_msg(b, i), *y = wxg_batch_msg(c, i);
+                        assert_int_equal(x->format, y->format);
+                        assert_string_equal(x->account, y->account);
+                        assert_string_equal(x->key, y->key);
+                    }
+                    wxg_batch_free(c);
+                }
+                wxg_batch_free(b);
+            }
+        }
+        if (took == 0)
+            unaccepted_files++;
+        free(body);
+    }
+    closedir(dir);
+    /* Not vacuous: most samples are accepted somewhere (the E* ones are the decoder's refusals). */
+    assert_true(files >= 30);
+    assert_true(accepted >= files);
+    assert_true(unaccepted_files * 3 < files);
+}
+
+/* Starts ingest with `sets` (no Kafka reachable); returns the receiver or NULL with err set. */
+static wxg_ingest_t *try_start(const char *const *sets, size_t n, char *err, size_t err_size)
+{
+    wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, err_size);
+    if (conf == NULL)
+        fail_msg("conf: %s", err);
+    wxg_ingest_t *in = wxg_ingest_new(conf, NULL, err, err_size);
+    wxg_conf_free(conf);
+    return in;
+}
+
+/* Off loopback, an unsigned gateway endpoint is refused at start-up, before anything is bound,
+ * unless the operator says so explicitly; then the start gets as far as binding the address. */
+static void a_non_loopback_listen_needs_a_gateway_secret(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    const char *sets[] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=10.255.255.1:1",
+                          NULL};
+    assert_null(try_start(sets, 2, err, sizeof err));
+    assert_non_null(strstr(err, "not a loopback address and no gateway secret is set"));
+    assert_non_null(strstr(err, "ingest.hmac.required"));
+    sets[2] = "ingest.hmac.required=false";
+    assert_null(try_start(sets, 3, err, sizeof err));
+    assert_non_null(strstr(err, "cannot listen on 10.255.255.1:1"));
+    sets[2] = "ingest.hmac.gateways=acctA=s3cret";
+    assert_null(try_start(sets, 3, err, sizeof err));
+    assert_non_null(strstr(err, "cannot listen on 10.255.255.1:1"));
+    /* Malformed bindings stop the start naming the entry, never the secret. */
+    static const char *const bad[] = {
+        "ingest.hmac.gateways=acctA", "ingest.hmac.gateways==s",
+        "ingest.hmac.gateways=acctA=", "ingest.hmac.gateways=a/b=topsecret"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sets[2] = bad[i];
+        assert_null(try_start(sets, 3, err, sizeof err));
+        assert_non_null(strstr(err, "ingest.hmac.gateways: entry 1"));
+        assert_null(strstr(err, "topsecret"));
+    }
+    const char *prev[] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=127.0.0.1:0",
+                          "ingest.hmac.secret.previous=old"};
+    assert_null(try_start(prev, 3, err, sizeof err));
+    assert_non_null(strstr(err, "ingest.hmac.secret is empty"));
+}
+
+/* A gateway request for `target` with `body`, signed by `secret` now. Returns the status. */
+static int post_signed(fixture *f, const char *secret, const char *target, const char *body,
+                       char *out, size_t out_size)
+{
+    char hv[72], hdr[256], ts[24];
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    assert_int_equal(wxg_ingest_hmac_sign_ts(secret, ts, body, strlen(body), hv), 0);
+    snprintf(hdr, sizeof hdr, "X-Wxg-Signature: %s\r\nX-Wxg-Timestamp: %s\r\n", hv, ts);
+    return req(f, "POST", target, hdr, body, strlen(body), out, out_size, NULL, 0);
+}
+
+/* The previous secret is taken beside the current one; a secret bound to accounts is taken for
+ * those accounts only (403), in the body and in the path. 503 means every check passed (Kafka is
+ * down here). */
+static void gateway_secrets_rotate_and_bind_to_accounts(void **state)
+{
+    (void)state;
+    fixture f;
+    char body[1024];
+    const char *extra[] = {"ingest.hmac.secret=current", "ingest.hmac.secret.previous=previous",
+                           "ingest.hmac.gateways=wxid_fakebot000001|wxid_other=gwA, other=gwB"};
+    start(&f, extra, 3);
+    assert_int_equal(post_signed(&f, "current", "/v1/callback/generic", generic_json, NULL, 0),
+                     503);
+    assert_int_equal(post_signed(&f, "previous", "/v1/callback/generic", generic_json, NULL, 0),
+                     503);
+    assert_int_equal(post_signed(&f, "gwA", "/v1/callback/generic", generic_json, NULL, 0), 503);
+    assert_int_equal(
+        post_signed(&f, "gwA", "/v1/callback/generic/wxid_fakebot000001", generic_json, NULL, 0),
+        503);
+    assert_int_equal(
+        post_signed(&f, "gwB", "/v1/callback/generic", generic_json, body, sizeof body), 403);
+    assert_non_null(strstr(body, "not bound to this callback's account"));
+    assert_int_equal(post_signed(&f, "gwB", "/v1/callback/generic/other", generic_json, NULL, 0),
+                     400);
+    assert_int_equal(post_signed(&f, "nope", "/v1/callback/generic", generic_json, NULL, 0), 401);
+    char *m = render(f.reg);
+    assert_non_null(strstr(m, "wxg_ingest_body_refused_total{endpoint=\"generic\",reason="
+                              "\"account_not_allowed\"} 1\n"));
+    assert_non_null(strstr(m, "wxg_ingest_body_refused_total{endpoint=\"generic\",reason="
+                              "\"account_mismatch\"} 1\n"));
+    free(m);
+    stop(&f);
+}
+
+/* With a key, a plaintext push is refused however the query spells (or omits) encrypt_type:
+ * the URL signature covers no byte of a plaintext body. An operator's opt-in lets it through. */
+static void safe_mode_cannot_be_downgraded_to_plaintext(void **state)
+{
+    (void)state;
+    static const char *const variants[] = {
+        "", "&encrypt_type=raw", "&encrypt_type=", "&encrypt_type=aes2", "&encrypt_type=%20aes"};
+    const char *extra[] = {"ingest.oa.token=AAAAA", "ingest.oa.aes.key=" EAK,
+                           "ingest.oa.appid=wx_FAKEAPPID_0001", "ingest.signature.tolerance.ms=0",
+                           "ingest.oa.plaintext.accept=true"};
+    for (int accept = 0; accept <= 1; accept++) {
+        fixture f;
+        char sig[41], target[256], body[1024];
+        start(&f, extra, accept ? 5 : 4);
+        assert_int_equal(wxg_ingest_oa_signature("AAAAA", "1732330200", "9", sig), 0);
+        for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+            snprintf(target, sizeof target,
+                     "/v1/callback/oa?signature=%s&timestamp=1732330200&nonce=9%s", sig,
+                     variants[i]);
+            int st = req(&f, "POST", target, NULL, o1_xml, sizeof o1_xml - 1, body, sizeof body,
+                         NULL, 0);
+            if (st != (accept ? 503 : 401))
+                fail_msg("accept=%d variant '%s': %d %s", accept, variants[i], st, body);
+        }
+        /* Any case of "aes" takes the encrypted path: a plaintext body has no Encrypt (400). */
+        snprintf(target, sizeof target,
+                 "/v1/callback/oa?signature=%s&timestamp=1732330200&nonce=9&encrypt_type=AeS", sig);
+        assert_int_equal(
+            req(&f, "POST", target, NULL, o1_xml, sizeof o1_xml - 1, body, sizeof body, NULL, 0),
+            400);
+        assert_non_null(strstr(body, "Encrypt"));
+        if (!accept) {
+            char *m = render(f.reg);
+            assert_non_null(strstr(m, "wxg_ingest_auth_refused_total{endpoint=\"oa\",reason="
+                                      "\"plaintext_refused\"} 5\n"));
+            free(m);
+        }
+        stop(&f);
+    }
+}
+
+/* The accept decision and the consumer's decode of what it accepted, as pure functions. */
+static void accept_refuses_what_detection_reads_otherwise(void **state)
+{
+    (void)state;
+    static const struct {
+        wxg_ingest_endpoint_t ep;
+        const char *path_account;
+        const char *body;
+        const char *why; /* NULL: accepted */
+    } cases[] = {
+        /* The forgery: generic on the path, an OA push to detection. */
+        {WXG_INGEST_EP_GENERIC, "acctA",
+         "{\"account\":\"acctA\",\"msg_id\":\"123\",\"ToUserName\":\"gh_victim\","
+         "\"FromUserName\":\"o_user\",\"MsgType\":\"text\",\"Content\":\"pay 100\","
+         "\"MsgId\":\"7301234567890123457\"}",
+         "format_mismatch"},
+        {WXG_INGEST_EP_GENERIC, NULL, generic_json, NULL},
+        {WXG_INGEST_EP_GENERIC, "someone_else", generic_json, "account_mismatch"},
+        /* A wkteam body with gewe fields. */
+        {WXG_INGEST_EP_WKTEAM, NULL,
+         "{\"wcId\":\"wxid_a\",\"messageType\":\"60001\",\"TypeName\":\"AddMsg\","
+         "\"data\":{\"newMsgId\":1,\"fromUser\":\"wxid_b\",\"content\":\"x\"}}",
+         "format_mismatch"},
+        /* A probe is a probe whichever gateway reads it; with OA fields it is an OA push. */
+        {WXG_INGEST_EP_WKTEAM, NULL, "{\"testMsg\":\"x\",\"token\":\"t\"}", NULL},
+        {WXG_INGEST_EP_GEWE, NULL, "{\"testMsg\":\"x\",\"ToUserName\":\"gh_victim\"}",
+         "format_mismatch"},
+        {WXG_INGEST_EP_AUTO, NULL,
+         "{\"ToUserName\":\"gh_victim\",\"FromUserName\":\"o\",\"MsgType\":\"text\","
+         "\"Content\":\"x\",\"MsgId\":\"1\",\"CreateTime\":1}",
+         "oa_elsewhere"},
+        /* An OA JSON push carrying gewe's discriminator. */
+        {WXG_INGEST_EP_OA, NULL,
+         "{\"ToUserName\":\"gh_victim\",\"FromUserName\":\"o\",\"MsgType\":\"text\","
+         "\"Content\":\"x\",\"MsgId\":\"1\",\"CreateTime\":1,\"TypeName\":\"AddMsg\"}",
+         "format_mismatch"},
+        {WXG_INGEST_EP_OA, "gh_fake00000001", o1_xml, NULL},
+        {WXG_INGEST_EP_OA, "gh_other", o1_xml, "account_mismatch"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wxg_ingest_accept_opts_t o = {.path_account = cases[i].path_account};
+        wxg_batch_t *b = NULL;
+        const char *why = NULL;
+        char reason[512];
+        int rc = wxg_ingest_accept(cases[i].ep, cases[i].body, strlen(cases[i].body), &o, &b, &why,
+                                   reason, sizeof reason);
+        if (cases[i].why == NULL) {
+            if (rc != 0)
+                fail_msg("case %zu refused: %s: %s", i, why, reason);
+            /* What the consumer makes of the record ingest writes: the same messages. */
+            const wxg_msg_view_t *m = wxg_batch_msg(b, 0);
+            const char *fn = wxg_format_name(m->format);
+            wxg_batch_t *c = NULL;
+            wxg_decode_opts_t auto_opts = {.format = WXG_FORMAT_AUTO};
+            assert_int_equal(wxg_ingest_record_decode(cases[i].body, strlen(cases[i].body), fn,
+                                                      strlen(fn), m->account, strlen(m->account),
+                                                      &auto_opts, &c, reason, sizeof reason),
+                             0);
+            assert_int_equal(wxg_batch_count(c), wxg_batch_count(b));
+            assert_int_equal(wxg_batch_msg(c, 0)->format, m->format);
+            assert_string_equal(wxg_batch_msg(c, 0)->key, m->key);
+            wxg_batch_free(c);
+            wxg_batch_free(b);
+        } else {
+            assert_null(b);
+            if (rc == 0 || why == NULL || strcmp(why, cases[i].why) != 0)
+                fail_msg("case %zu: rc %d why %s, want %s", i, rc, why ? why : "-", cases[i].why);
+            assert_true(reason[0] != '\0');
+        }
+    }
+    /* A sync batch: every message of it is the path's account's, or the batch is refused. */
+    size_t blen = 0;
+    char *batch = read_sample("sync_batch.json", &blen);
+    wxg_ingest_accept_opts_t o = {.path_account = "wxid_other"};
+    wxg_batch_t *b = NULL;
+    const char *why = NULL;
+    assert_int_equal(wxg_ingest_accept(WXG_INGEST_EP_GEWE, batch, blen, &o, &b, &why, NULL, 0),
+                     WXG_ENOACCOUNT);
+    assert_string_equal(why, "account_mismatch");
+    o.path_account = "wxid_fakebot000001";
+    assert_int_equal(wxg_ingest_accept(WXG_INGEST_EP_GEWE, batch, blen, &o, &b, &why, NULL, 0), 0);
+    assert_int_equal(wxg_batch_count(b), 2);
+    wxg_batch_free(b);
+    free(batch);
+}
+
+/* A record that states its decision is decoded so, or dead-letters with a reason. */
+static void record_decode_honours_the_stated_decision(void **state)
+{
+    (void)state;
+    static const char forged[] =
+        "{\"account\":\"acctA\",\"msg_id\":\"123\",\"ToUserName\":\"gh_victim\","
+        "\"FromUserName\":\"o_user\",\"MsgType\":\"text\",\"Content\":\"pay 100\","
+        "\"MsgId\":\"7301234567890123457\"}";
+    char err[256];
+    wxg_batch_t *b = NULL;
+    wxg_decode_opts_t any = {.format = WXG_FORMAT_AUTO};
+    /* Stated generic: generic, whatever detection would say. */
+    assert_int_equal(wxg_ingest_record_decode(forged, sizeof forged - 1, "generic", 7, "acctA", 5,
+                                              &any, &b, err, sizeof err),
+                     0);
+    assert_int_equal(wxg_batch_msg(b, 0)->format, WXG_FORMAT_GENERIC);
+    assert_string_equal(wxg_batch_msg(b, 0)->account, "acctA");
+    wxg_batch_free(b);
+    /* No header: detection, as for any other producer's record. */
+    assert_int_equal(
+        wxg_ingest_record_decode(forged, sizeof forged - 1, NULL, 0, NULL, 0, &any, &b, err, 256),
+        0);
+    assert_int_equal(wxg_batch_msg(b, 0)->format, WXG_FORMAT_OA_JSON);
+    wxg_batch_free(b);
+    /* A decision that does not hold: a parked record, with the reason. */
+    wxg_decode_opts_t pinned = {.format = WXG_FORMAT_WKTEAM};
+    assert_int_equal(wxg_ingest_record_decode(forged, sizeof forged - 1, "generic", 7, "acctA", 5,
+                                              &pinned, &b, err, sizeof err),
+                     WXG_EFORMAT);
+    assert_null(b);
+    assert_non_null(strstr(err, "consumer.format is wkteam"));
+    assert_int_equal(wxg_ingest_record_decode(forged, sizeof forged - 1, "generic", 7, "acctB", 5,
+                                              &any, &b, err, sizeof err),
+                     WXG_EFORMAT);
+    assert_non_null(strstr(err, "wxg-account"));
+    assert_int_equal(wxg_ingest_record_decode(forged, sizeof forged - 1, "auto", 4, "acctA", 5,
+                                              &any, &b, err, sizeof err),
+                     WXG_EFORMAT);
+    assert_int_equal(wxg_ingest_record_decode(forged, sizeof forged - 1, "oa-xml", 6, "acctA", 5,
+                                              &any, &b, err, sizeof err),
+                     WXG_EPARSE);
+    assert_non_null(strstr(err, "as its wxg-format header states (oa-xml)"));
+    assert_int_equal(wxg_ingest_record_decode(forged, sizeof forged - 1, "generic-and-more", 16,
+                                              "acctA", 5, &any, &b, err, sizeof err),
+                     WXG_EFORMAT);
+    assert_null(b);
 }
 
 int main(void)
@@ -545,6 +911,12 @@ int main(void)
         cmocka_unit_test(encrypted_pushes_that_fail_a_check_are_refused_before_kafka),
         cmocka_unit_test(unusable_safe_mode_settings_fail_start_with_a_reason),
         cmocka_unit_test(a_bad_listen_address_fails_start_with_a_reason),
+        cmocka_unit_test(a_non_loopback_listen_needs_a_gateway_secret),
+        cmocka_unit_test(gateway_secrets_rotate_and_bind_to_accounts),
+        cmocka_unit_test(safe_mode_cannot_be_downgraded_to_plaintext),
+        cmocka_unit_test(accept_refuses_what_detection_reads_otherwise),
+        cmocka_unit_test(record_decode_honours_the_stated_decision),
+        cmocka_unit_test(what_ingest_accepts_the_consumer_decodes_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
