@@ -4,7 +4,10 @@
  * checks the decoder's promises and traps when one is broken:
  *   - a success yields views whose keys pass wxg_key_check() with the view's kind, whose
  *     strings are NUL-terminated and whose msg_id passes the id grammar;
- *   - a failure is one of the input error codes, with a non-empty printable reason. */
+ *   - a failure is one of the input error codes, with a non-empty printable reason;
+ *   - whatever ingest's accept decision (wxg_ingest_accept) takes on any endpoint, the consumer's
+ *     decode of the record ingest writes (wxg_ingest_record_decode with its headers) yields the
+ *     same messages: formats, accounts and keys. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 
 #include "oacrypt_int.h"
 #include "wxguard/err.h"
+#include "wxguard/ingest.h"
 #include "wxguard/key.h"
 #include "wxguard/msg.h"
 
@@ -57,8 +61,47 @@ static void check_error(int rc, const char *err)
     }
 }
 
+/* The differential check of the accept decision against the consumer's decode. */
+static void check_accept(const uint8_t *data, size_t size)
+{
+    for (int ep = WXG_INGEST_EP_WKTEAM; ep <= WXG_INGEST_EP_AUTO; ep++) {
+        wxg_batch_t *b = NULL;
+        const char *why = NULL;
+        char err[256];
+        int rc = wxg_ingest_accept((wxg_ingest_endpoint_t)ep, data, size, NULL, &b, &why, err,
+                                   sizeof err);
+        if (rc != 0) {
+            if (b != NULL || why == NULL)
+                __builtin_trap();
+            if (rc != WXG_ENOACCOUNT && rc != WXG_EAUTH)
+                check_error(rc, err);
+            continue;
+        }
+        size_t n = wxg_batch_count(b);
+        if (n > 0) {
+            const wxg_msg_view_t *first = wxg_batch_msg(b, 0);
+            const char *fn = wxg_format_name(first->format);
+            wxg_decode_opts_t any = {.format = WXG_FORMAT_AUTO};
+            wxg_batch_t *c = NULL;
+            if (wxg_ingest_record_decode(data, size, fn, strlen(fn), first->account,
+                                         strlen(first->account), &any, &c, err, sizeof err) != 0 ||
+                wxg_batch_count(c) != n)
+                __builtin_trap();
+            for (size_t i = 0; i < n; i++) {
+                const wxg_msg_view_t *x = wxg_batch_msg(b, i), *y = wxg_batch_msg(c, i);
+                if (x->format != y->format || strcmp(x->account, y->account) != 0 ||
+                    strcmp(x->key, y->key) != 0)
+                    __builtin_trap();
+            }
+            wxg_batch_free(c);
+        }
+        wxg_batch_free(b);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    check_accept(data, size);
     static const wxg_format_t formats[] = {WXG_FORMAT_AUTO,    WXG_FORMAT_WKTEAM,
                                            WXG_FORMAT_GEWE,    WXG_FORMAT_OA_XML,
                                            WXG_FORMAT_OA_JSON, WXG_FORMAT_GENERIC};
