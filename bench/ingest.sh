@@ -52,6 +52,7 @@ trap cleanup EXIT
 
 "$ingest" --set "kafka.bootstrap.servers=$WXG_TEST_KAFKA_BOOTSTRAP" \
   --set kafka.broker.address.family=v4 --set ingest.listen=127.0.0.1:0 \
+  --set ingest.ops.listen=127.0.0.1:0 \
   --set ingest.topic=bench.callbacks --set ingest.concurrency=64 --set log.level=warn \
   "${extra[@]}" >"$tmp/ingest.out" 2>"$tmp/ingest.log" &
 ingest_pid=$!
@@ -62,6 +63,8 @@ for _ in $(seq 1 100); do
   [[ -n $port ]] && break
   sleep 0.1
 done
+# /metrics is on the operations port, written before the listening line.
+ops=$(sed -n 's/^wxguard-ingest operations on port \([0-9]*\)$/\1/p' "$tmp/ingest.out")
 [[ -n $port ]] || {
   echo "wxguard-ingest did not start:" >&2
   cat "$tmp/ingest.log" >&2
@@ -107,6 +110,6 @@ for sc in $scenarios; do
 done
 echo
 echo "command: wrk -t<threads> -c<connections> -d$duration --latency -s bench/ingest.lua $url"
-stored=$(curl -s "http://127.0.0.1:$port/metrics" |
+stored=$(curl -s "http://127.0.0.1:$ops/metrics" |
   awk '/^wxg_ingest_requests_total\{endpoint="wkteam",status="200"\}/ {print $2}')
 echo "callbacks stored (wxg_ingest_requests_total 200, warm-up included): ${stored:-?}"

@@ -78,6 +78,7 @@ trap cleanup EXIT
 
 "$ingest" --set "kafka.bootstrap.servers=$WXG_TEST_KAFKA_BOOTSTRAP" \
   --set kafka.broker.address.family=v4 --set ingest.listen=127.0.0.1:0 \
+  --set ingest.ops.listen=127.0.0.1:0 \
   --set ingest.topic=bench.hostile --set ingest.concurrency=64 \
   --set "ingest.connection.timeout.ms=$conn_timeout" --set log.level=error \
   >"$tmp/ingest.out" 2>"$tmp/ingest.log" &
@@ -89,6 +90,8 @@ for _ in $(seq 1 100); do
   [[ -n $port ]] && break
   sleep 0.1
 done
+# /metrics is on the operations port, written before the listening line.
+ops=$(sed -n 's/^wxguard-ingest operations on port \([0-9]*\)$/\1/p' "$tmp/ingest.out")
 [[ -n $port ]] || {
   echo "wxguard-ingest did not start:" >&2
   cat "$tmp/ingest.log" >&2
@@ -198,4 +201,4 @@ echo
 printf '%s\n' "${summaries[@]}"
 echo
 echo "command: wrk -t$threads -c$conns -d$duration --latency -s bench/ingest_generic.lua $url"
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wxg_httpd_(refused|closed)_total' || true
+curl -s "http://127.0.0.1:$ops/metrics" | grep -E '^wxg_httpd_(refused|closed)_total' || true

@@ -308,13 +308,22 @@ static const wxg_conf_keydef_t keys[] = {
          "guessed id; use the same value on every replica to correlate their logs."),
 
     /* Metrics and health. */
-    KADDR("metrics.listen", "", C_ | I_, 0,
-          "host:port of the HTTP server for /metrics, /healthz and /readyz; empty turns it off, "
-          "port 0 picks a free port."),
+    KADDR("metrics.listen", "", C_, 0,
+          "host:port of the consumer's HTTP server for /metrics, /healthz and /readyz; empty "
+          "turns it off, port 0 picks a free port. wxguard-ingest has ingest.ops.listen "
+          "instead."),
 
     /* The ingest program. */
     KADDR("ingest.listen", "127.0.0.1:8080", I_, WXG_CONF_REQUIRED,
-          "host:port the webhook receiver listens on."),
+          "host:port the webhook receiver listens on: the callback port, for the gateways."),
+    KADDR("ingest.ops.listen", "127.0.0.1:9465", I_, 0,
+          "host:port of the receiver's operations server: /metrics, /healthz and /readyz, kept "
+          "off the callback port so that whoever can post callbacks cannot read the metrics. "
+          "Empty turns it off; port 0 picks a free port. The default port is one above the "
+          "consumer's usual 9464, so that both fit on one host."),
+    KBOOL("ingest.ops.on.callback.port", "false", I_,
+          "Serve /metrics, /healthz and /readyz on ingest.listen too, for a setup that can expose "
+          "only one port. Otherwise they are 404 there, like any unknown path."),
     {.name = "ingest.topic",
      .type = WXG_CONF_STRING,
      .def = "wxguard.callbacks",

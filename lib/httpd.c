@@ -122,6 +122,7 @@ struct wxg_httpd_s {
     /* Application routes (handler NULL: none). */
     wxg_httpd_handler_fn handler;
     void *handler_opaque;
+    int no_builtin; /* the built-in paths are someone else's: route them like any path */
     char *prefix;
     size_t prefix_len;
     size_t max_body;
@@ -671,8 +672,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     wxg_httpd_t *h = cls;
     (void)version;
 
-    int builtin =
-        strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 || strcmp(url, "/metrics") == 0;
+    int builtin = !h->no_builtin && (strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
+                                     strcmp(url, "/metrics") == 0);
     if (!builtin && h->handler != NULL && strncmp(url, h->prefix, h->prefix_len) == 0) {
         reqctx *rc = *con_cls;
         if (rc == NULL)
@@ -686,6 +687,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     }
     track_head(h, conn, 1); /* built-in paths answer at once */
 
+    if (h->no_builtin) /* outside the prefix, and the built-in paths are not served here */
+        return reply_text(conn, MHD_HTTP_NOT_FOUND, "not found\n");
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
 
@@ -823,6 +826,7 @@ static wxg_httpd_t *httpd_alloc(const wxg_httpd_opts_t *o)
     h->ready_opaque = o->ready_opaque;
     h->handler = o->handler;
     h->handler_opaque = o->handler_opaque;
+    h->no_builtin = o->no_builtin_paths != 0;
     h->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
     h->max_inflight = o->max_inflight ? o->max_inflight : DEFAULT_MAX_INFLIGHT;
     atomic_init(&h->inflight, 0);

@@ -99,7 +99,8 @@ typedef struct hmac_secret {
 } hmac_secret;
 
 struct wxg_ingest_s {
-    wxg_httpd_t *httpd;
+    wxg_httpd_t *httpd; /* the callback port (ingest.listen) */
+    wxg_httpd_t *ops;   /* /metrics, /healthz, /readyz (ingest.ops.listen); NULL: off */
     wxg_producer_t *producer;
     wxg_metrics_t *metrics;
     char *topic;
@@ -890,6 +891,35 @@ static char *dup_nonempty(const char *s, int *oom)
     return d;
 }
 
+/* The operations server on ingest.ops.listen (none when it is empty). Refused with a hint when it
+ * names the callback port's own address: the operator who wants one port asks for that with
+ * ingest.ops.on.callback.port. 0, or WXG_ECONFIG / WXG_ECONN with errstr naming the key. */
+static int ops_start(wxg_ingest_t *in, const wxg_conf_t *conf, wxg_metrics_t *metrics, char *errstr,
+                     size_t errstr_size)
+{
+    const char *ops = wxg_conf_get(conf, "ingest.ops.listen");
+    if (ops == NULL || ops[0] == '\0')
+        return 0;
+    char host[256], cb_host[256], err[384] = "";
+    int port = 0, cb_port = 0;
+    if (wxg_conf_parse_addr(ops, host, sizeof host, &port) == 0 &&
+        wxg_conf_parse_addr(wxg_conf_get(conf, "ingest.listen"), cb_host, sizeof cb_host,
+                            &cb_port) == 0 &&
+        port != 0 && port == cb_port && strcmp(host, cb_host) == 0) {
+        wxg__errf(errstr, errstr_size,
+                  "ingest.ops.listen is ingest.listen's address; to serve /metrics, /healthz "
+                  "and /readyz on the callback port, set ingest.ops.on.callback.port = true and "
+                  "ingest.ops.listen empty");
+        return WXG_ECONFIG;
+    }
+    in->ops = wxg_httpd_start(ops, metrics, ready_cb, in, err, sizeof err);
+    if (in->ops == NULL) {
+        wxg__errf(errstr, errstr_size, "ingest.ops.listen: %s", err);
+        return WXG_ECONN;
+    }
+    return 0;
+}
+
 static void wipe_free(char *s)
 {
     if (s == NULL)
@@ -967,6 +997,9 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
      * request has not arrived whole that long after its first byte (a client trickling bytes
      * restarts the idle clock at every byte, never the request's). */
     int64_t tmo_ms = wxg_conf_int(conf, "ingest.connection.timeout.ms");
+    /* The built-in paths stay off the callback port unless asked for: that port faces the
+     * gateways (and whoever else reaches it), the metrics and readiness are the operator's. */
+    int ops_here = wxg_conf_bool(conf, "ingest.ops.on.callback.port");
     wxg_httpd_opts_t ho = {.listen = wxg_conf_get(conf, "ingest.listen"),
                            .metrics = metrics,
                            .ready = ready_cb,
@@ -977,9 +1010,12 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
                            .max_body = in->max_body,
                            .max_inflight = (unsigned)wxg_conf_int(conf, "ingest.concurrency"),
                            .conn_timeout_s = (unsigned)((tmo_ms + 999) / 1000),
-                           .request_timeout_ms = (unsigned)tmo_ms};
+                           .request_timeout_ms = (unsigned)tmo_ms,
+                           .no_builtin_paths = !ops_here};
     in->httpd = wxg_httpd_start_opts(&ho, errstr, errstr_size);
     if (in->httpd == NULL)
+        goto fail;
+    if (ops_start(in, conf, metrics, errstr, errstr_size) != 0)
         goto fail;
     wxg_log(WXG_LOG_INFO, "ingest_started", WXG_LS("listen", ho.listen),
             WXG_LI("port", wxg_httpd_port(in->httpd)), WXG_LS("topic", in->topic),
@@ -987,7 +1023,9 @@ wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics, cha
             WXG_LU("concurrency", ho.max_inflight), WXG_LB("oa", in->oa_token != NULL),
             WXG_LB("oa_safe_mode", in->has_key), WXG_LB("hmac", in->nsecrets > 0),
             WXG_LU("hmac_secrets", in->nsecrets),
-            WXG_LI("signature_tolerance_ms", in->tolerance_ms));
+            WXG_LI("signature_tolerance_ms", in->tolerance_ms),
+            WXG_LS("ops_listen", wxg_conf_get(conf, "ingest.ops.listen")),
+            WXG_LI("ops_port", wxg_httpd_port(in->ops)), WXG_LB("ops_on_callback_port", ops_here));
     return in;
 fail:
     wxg_ingest_destroy(in);
@@ -1004,10 +1042,16 @@ int wxg_ingest_port(const wxg_ingest_t *in)
     return in != NULL ? wxg_httpd_port(in->httpd) : -1;
 }
 
+int wxg_ingest_ops_port(const wxg_ingest_t *in)
+{
+    return in != NULL ? wxg_httpd_port(in->ops) : -1;
+}
+
 void wxg_ingest_destroy(wxg_ingest_t *in)
 {
     if (in == NULL)
         return;
+    wxg_httpd_stop(in->ops); /* first: it renders the registry and asks ready_cb about `in` */
     wxg_httpd_stop(in->httpd);
     wxg_producer_destroy(in->producer, in->budget_ms);
     free(in->topic);

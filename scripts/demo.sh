@@ -113,12 +113,15 @@ CONF
 
 say "starting wxguard-ingest"
 "$ingest" --set "kafka.bootstrap.servers=$bootstrap" --set "ingest.topic=$topic" \
-  --set ingest.listen=127.0.0.1:0 --set kafka.broker.address.family=v4 >"$work/ingest.log" 2>&1 &
+  --set ingest.listen=127.0.0.1:0 --set ingest.ops.listen=127.0.0.1:0 \
+  --set kafka.broker.address.family=v4 >"$work/ingest.log" 2>&1 &
 pids+=($!)
 port=
 for _ in $(seq 1 $((300 * scale))); do
   port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/ingest.log")
-  if [[ -n $port ]] && curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then break; fi
+  # /readyz is on the operations port, written just before the listening line.
+  ops=$(sed -n 's/.*operations on port \([0-9]*\).*/\1/p' "$work/ingest.log")
+  if [[ -n $port && -n $ops ]] && curl -fsS "http://127.0.0.1:$ops/readyz" >/dev/null 2>&1; then break; fi
   kill -0 "${pids[0]}" 2>/dev/null || { say "wxguard-ingest did not start, see $work/ingest.log"; exit 1; }
   port=
   sleep 0.1

@@ -5,10 +5,9 @@
  *
  * Reads the configuration (file, WXG_* environment, --set flags; see docs/configuration.md),
  * serves POST /v1/callback/{wkteam,gewe,oa,generic,auto}[/{account}] (and the Official Account's
- * GET URL verification) with /healthz, /readyz and /metrics on ingest.listen, and runs until
- * SIGTERM or SIGINT. A stop finishes the requests in progress (each within its produce budget)
- * and flushes the producer. When metrics.listen is set, /metrics, /healthz and /readyz are served
- * there too (e.g. on an address that only the monitoring network reaches).
+ * GET URL verification) on ingest.listen, and /healthz, /readyz and /metrics on
+ * ingest.ops.listen (lib/ingest.c starts both servers), and runs until SIGTERM or SIGINT. A stop
+ * finishes the requests in progress (each within its produce budget) and flushes the producer.
  *
  * Exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, 3 start-up failure
  * (the address cannot be bound, Kafka settings refused, the brokers refuse the SASL credentials).
@@ -22,7 +21,6 @@
 #include "progstart.h"
 #include "wxguard/conf.h"
 #include "wxguard/err.h"
-#include "wxguard/httpd.h"
 #include "wxguard/ingest.h"
 #include "wxguard/log.h"
 #include "wxguard/metrics.h"
@@ -44,9 +42,11 @@ static void usage(FILE *out)
             "  -p, --print-config   print the effective configuration (secrets as ***), exit\n"
             "  -h, --help           this text\n"
             "  -V, --version        print the version\n\n"
-            "Endpoints on ingest.listen:\n"
+            "Endpoints on ingest.listen (the callback port):\n"
             "  POST /v1/callback/{wkteam|gewe|oa|generic|auto}[/{account}]  store a callback\n"
             "  GET  /v1/callback/oa?signature=&timestamp=&nonce=&echostr=   URL verification\n"
+            "on ingest.ops.listen (default 127.0.0.1:9465; also on the callback port with\n"
+            "ingest.ops.on.callback.port = true):\n"
             "  GET  /healthz  /readyz  /metrics\n"
             "200 only after Kafka acknowledged the raw body; 503 (retry) when it did not within\n"
             "ingest.produce.timeout.ms; 400/401/404/405/413 as docs/ingest.md describes.\n\n"
@@ -54,11 +54,6 @@ static void usage(FILE *out)
             "'_'),\ne.g. WXG_KAFKA_BOOTSTRAP_SERVERS. kafka.* keys go to librdkafka as they are.\n"
             "exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, "
             "3 start-up failure\n");
-}
-
-static int ready_cb(void *opaque, char *reason, size_t size)
-{
-    return wxg_ingest_ready(opaque, reason, size);
 }
 
 int main(int argc, char **argv)
@@ -79,7 +74,6 @@ int main(int argc, char **argv)
 
     char err[512] = "";
     int status = EXIT_STARTUP;
-    wxg_httpd_t *ops = NULL;
     wxg_ingest_t *in = NULL;
     wxg_metrics_t *metrics = wxg_metrics_new();
     if (!metrics) {
@@ -100,15 +94,10 @@ int main(int argc, char **argv)
         wxg_log(WXG_LOG_ERROR, "kafka_auth_failed", WXG_LERR(rc), WXG_LS("reason", err));
         goto out;
     }
-    const char *ops_listen = prog_nonempty(wxg_conf_get(conf, "metrics.listen"));
-    if (ops_listen) {
-        ops = wxg_httpd_start(ops_listen, metrics, ready_cb, in, err, sizeof err);
-        if (!ops) {
-            wxg_log(WXG_LOG_ERROR, "metrics_listen_failed", WXG_LS("reason", err));
-            goto out;
-        }
-    }
-    /* One line a supervisor or a test can wait for. */
+    /* The operations port first, then the one line a supervisor or a test waits for: whoever
+     * sees that line has seen the other already. */
+    if (wxg_ingest_ops_port(in) > 0)
+        printf("wxguard-ingest operations on port %d\n", wxg_ingest_ops_port(in));
     printf("wxguard-ingest listening on port %d\n", wxg_ingest_port(in));
     fflush(stdout);
 
@@ -118,8 +107,7 @@ int main(int argc, char **argv)
     status = 0;
 
 out:
-    wxg_httpd_stop(ops); /* first: it renders the registry the receiver hooks into */
-    wxg_ingest_destroy(in);
+    wxg_ingest_destroy(in); /* stops its operations server first */
     wxg_metrics_free(metrics);
     wxg_conf_free(conf);
     if (status == 0)

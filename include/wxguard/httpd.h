@@ -8,7 +8,8 @@
  *
  * The server runs on its own thread (libmicrohttpd's internal polling thread), so a scrape
  * never waits for a worker and a stuck worker never hides the metrics. A program may add routes
- * of its own (wxg_httpd_start_opts), which then share the port with the built-in paths.
+ * of its own (wxg_httpd_start_opts), which then share the port with the built-in paths, or
+ * take the whole port (no_builtin_paths) when the built-in paths are served by another server.
  */
 #ifndef WXGUARD_HTTPD_H
 #define WXGUARD_HTTPD_H
@@ -117,6 +118,10 @@ typedef struct wxg_httpd_opts {
     unsigned max_connections;    /* 0 = 2 * max_inflight + 16 */
     unsigned conn_timeout_s;     /* 0 = 30 */
     unsigned request_timeout_ms; /* 0 = conn_timeout_s */
+    /* 1: /metrics, /healthz and /readyz are not served here; those paths go to the handler when
+     * they match handler_prefix (404 otherwise), like any other path. For a public port whose
+     * program serves the built-in paths on an operations port of its own. */
+    int no_builtin_paths;
 } wxg_httpd_opts_t;
 
 /* Starts a server with application routes. With a handler, every connection gets a thread of its

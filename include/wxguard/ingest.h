@@ -1,7 +1,7 @@
 /*
  * The webhook receiver: WeChat gateway callbacks over HTTP in, Kafka records out.
  *
- * Endpoints (on ingest.listen, beside /metrics, /healthz and /readyz):
+ * Endpoints on ingest.listen, the callback port:
  *   POST /v1/callback/{format}            format: wkteam, gewe, oa, generic, auto
  *   POST /v1/callback/{format}/{account}  the same, and every message must belong to {account}
  *   GET  /v1/callback/oa[/{account}]      the Official Account URL verification: answers echostr
@@ -29,6 +29,10 @@
  * Every answer carries X-Request-Id (the client's, when it sent a sane one, else a new one), which
  * is also the record's request-id header and appears in the log lines of the request.
  *
+ * Operations endpoints: GET /metrics, /healthz and /readyz (lib/httpd.c) are served on
+ * ingest.ops.listen (default 127.0.0.1:9465; empty: nowhere), not on the callback port, which
+ * faces the gateways and whoever else can reach it: there they are 404 like any unknown path,
+ * unless ingest.ops.on.callback.port = true serves them on both (for a setup with one port).
  * Readiness (/readyz): ready when the producer has a connection up to at least one broker.
  *
  * Threads: wxg_ingest_new() and wxg_ingest_destroy() on one thread (the main thread). Requests are
@@ -123,17 +127,21 @@ WXG_EXPORT int wxg_ingest_record_decode(const void *buf, size_t len, const char 
                                         char *errstr, size_t errstr_size);
 
 /* Starts the receiver from the ingest.* and kafka.* keys of `conf` (read during the call only):
- * creates the producer and starts serving on ingest.listen. Kafka need not be reachable yet
- * (requests get 503 and /readyz says not ready until it is). `metrics` (may be NULL) receives
- * the wxg_ingest_* series and a collect hook: it must outlive the receiver and must not be
+ * creates the producer and starts serving on ingest.listen and ingest.ops.listen. Kafka need not be
+ * reachable yet (requests get 503 and /readyz says not ready until it is). `metrics` (may be NULL)
+ * receives the wxg_ingest_* series and a collect hook: it must outlive the receiver and must not be
  * rendered any more once wxg_ingest_destroy() has begun (stop other servers of it first). Returns
- * NULL with the reason in errstr when the address cannot be bound or the Kafka settings are
- * refused. Main thread. */
+ * NULL with the reason in errstr when an address cannot be bound (the operations one is named
+ * "ingest.ops.listen: ...") or the Kafka settings are refused. Main thread. */
 WXG_EXPORT wxg_ingest_t *wxg_ingest_new(const wxg_conf_t *conf, wxg_metrics_t *metrics,
                                         char *errstr, size_t errstr_size);
 
 /* The TCP port served (useful with port 0 in ingest.listen). */
 WXG_EXPORT int wxg_ingest_port(const wxg_ingest_t *in);
+
+/* The TCP port of the operations server (useful with port 0 in ingest.ops.listen), or -1 when
+ * there is none (ingest.ops.listen is empty). */
+WXG_EXPORT int wxg_ingest_ops_port(const wxg_ingest_t *in);
 
 /* 1 when ready (a broker connection is up), 0 otherwise; a one-line reason goes to `reason`
  * (may be NULL). Lock-free, never blocks; any thread. */

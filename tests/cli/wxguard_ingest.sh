@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The wxguard-ingest program itself: --help and --version exit 0, --print-config shows the
-# ingest keys with secrets as ***, an unknown key is a usage error (exit 2), and a running
-# receiver (Kafka unreachable) answers /healthz 200 and /readyz 503, then stops cleanly (exit 0)
-# on SIGTERM. No broker is needed.
+# ingest keys with secrets as ***, an unknown key is a usage error (exit 2), metrics.listen (the
+# consumer's) is warned about, and a running receiver (Kafka unreachable) answers /healthz 200,
+# /readyz 503 and /metrics 200 on its operations port and 404 to all three on the callback port,
+# then stops cleanly (exit 0) on SIGTERM. No broker is needed.
 # usage: wxguard_ingest.sh <wxguard-ingest>
 set -u
 bin=$1
@@ -43,15 +44,22 @@ grep -q '^ingest.oa.token = \*\*\*$' "$tmp/out" || fail "ingest.oa.token not red
 grep -q '^ingest.hmac.secret = \*\*\*$' "$tmp/out" || fail "ingest.hmac.secret not redacted"
 grep -q 'not-shown' "$tmp/out" && fail "a secret was printed"
 grep -q '^ingest.concurrency = 64$' "$tmp/out" || fail "ingest.concurrency default missing"
+grep -q '^ingest.ops.listen = 127.0.0.1:9465$' "$tmp/out" || fail "ingest.ops.listen default missing"
+grep -q '^ingest.ops.on.callback.port = false$' "$tmp/out" ||
+  fail "ingest.ops.on.callback.port default missing"
+grep -q '^metrics.listen' "$tmp/out" && fail "metrics.listen is the consumer's, not an ingest key"
 
 "$bin" --set kafka.bootstrap.servers=127.0.0.1:1 --set ingest.nope=1 >"$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 2 ] || fail "unknown key: exit status $rc, expected 2"
 grep -q 'ingest.nope' "$tmp/out" || fail "unknown key not named: $(cat "$tmp/out")"
 
-# A running receiver whose Kafka is a closed port.
+# A running receiver whose Kafka is a closed port. It writes its operations port before the
+# listening line. Its metrics.listen, as a configuration from before ingest.ops.listen would
+# have it, is named in a warning.
 "$bin" --set kafka.bootstrap.servers=127.0.0.1:1 --set ingest.listen=127.0.0.1:0 \
-  --set kafka.log_level=0 >"$tmp/run.out" 2>"$tmp/run.err" &
+  --set ingest.ops.listen=127.0.0.1:0 --set metrics.listen=127.0.0.1:9 --set kafka.log_level=0 \
+  >"$tmp/run.out" 2>"$tmp/run.err" &
 pid=$!
 port=
 for _ in $(seq 1 100); do
@@ -59,11 +67,20 @@ for _ in $(seq 1 100); do
   [ -n "$port" ] && break
   sleep 0.1
 done
-if [ -z "$port" ]; then
-  fail "the receiver did not report its port: $(cat "$tmp/run.err")"
+ops=$(sed -n 's/^wxguard-ingest operations on port \([0-9]*\)$/\1/p' "$tmp/run.out")
+if [ -z "$port" ] || [ -z "$ops" ]; then
+  fail "the receiver did not report its ports: $(cat "$tmp/run.out" "$tmp/run.err")"
 else
-  [ "$(http_status "$port" /healthz)" = 200 ] || fail "/healthz is not 200"
-  [ "$(http_status "$port" /readyz)" = 503 ] || fail "/readyz is not 503 without Kafka"
+  [ "$(http_status "$ops" /healthz)" = 200 ] || fail "/healthz is not 200 on the operations port"
+  [ "$(http_status "$ops" /readyz)" = 503 ] || fail "/readyz is not 503 without Kafka"
+  [ "$(http_status "$ops" /metrics)" = 200 ] || fail "/metrics is not 200 on the operations port"
+  for p in /healthz /readyz /metrics; do
+    [ "$(http_status "$port" $p)" = 404 ] || fail "$p is not 404 on the callback port"
+  done
+  grep -q 'event=config_warning.*metrics.listen is not used by this program' "$tmp/run.err" ||
+    fail "metrics.listen not warned about: $(cat "$tmp/run.err")"
+  grep -q "event=ingest_started.* port=$port .*ops_port=$ops " "$tmp/run.err" ||
+    fail "ingest_started does not name both ports: $(grep ingest_started "$tmp/run.err")"
   kill -TERM "$pid"
   wait "$pid"
   rc=$?

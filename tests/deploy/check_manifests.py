@@ -8,7 +8,9 @@ their required fields (probes on /healthz and /readyz, resources, a PodDisruptio
 selector matches a Deployment, config and secret references that exist, a termination grace
 period longer than the consumer's drain budget), the compose services' health checks, start
 order and stop grace, the systemd unit's hardening, the Dockerfile's stages, and that the Grafana
-dashboard and the Prometheus rules use only metric names listed in docs/metrics.md.
+dashboard and the Prometheus rules use only metric names listed in docs/metrics.md. Ingest's
+probes, health checks and scrapes go to its operations port (ingest.ops.listen), never to the
+callback port, where those paths are 404, and its Kubernetes Service does not publish that port.
 
 Exit status 0 when everything passes; 1 with one line per problem otherwise.
 """
@@ -92,6 +94,64 @@ def grafana_exprs(node):
     elif isinstance(node, list):
         for v in node:
             yield from grafana_exprs(v)
+
+
+INGEST_OPS_DEFAULT = "127.0.0.1:9465"  # lib/conf.c
+
+
+def port_of(addr):
+    """The port of a wxguard host:port ("[v6]:port" too), or None."""
+    m = re.fullmatch(r"\s*(?:\[[^\]]*\]|[^:\s]*):(\d+)\s*", str(addr or ""))
+    return int(m.group(1)) if m else None
+
+
+def ingest_ports(props, env=None):
+    """(callback port, operations port, ops also on the callback port) of an ingest
+    configuration: its properties, then WXG_* variables, which win."""
+    env = env or {}
+    listen = env.get("WXG_INGEST_LISTEN", props.get("ingest.listen", "127.0.0.1:8080"))
+    ops = env.get("WXG_INGEST_OPS_LISTEN", props.get("ingest.ops.listen", INGEST_OPS_DEFAULT))
+    both = env.get("WXG_INGEST_OPS_ON_CALLBACK_PORT",
+                   props.get("ingest.ops.on.callback.port", "false"))
+    return port_of(listen), port_of(ops), str(both).strip().lower() in ("true", "1", "yes", "on")
+
+
+def check_ingest_k8s(where, dep, services, props):
+    """Ingest's probes and scrape annotation use the operations port; no Service publishes it."""
+    cb_port, ops_port, both = ingest_ports(props)
+    if ops_port is None:
+        problem(where, "ingest.ops.listen is empty: the probes and the scrape have no port")
+        return
+    if "metrics.listen" in props:
+        problem(where, "ingest.properties sets metrics.listen (the consumer's); "
+                       "ingest's is ingest.ops.listen")
+    tmpl = dep["spec"]["template"]
+    for c in tmpl.get("spec", {}).get("containers") or []:
+        named = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+        if ops_port not in named.values():
+            problem(where, f"no containerPort {ops_port} (ingest.ops.listen)")
+        for probe in ("livenessProbe", "readinessProbe"):
+            port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+            port = named.get(port, port)
+            if port != ops_port and not (both and port == cb_port):
+                problem(where, f"{probe} probes port {port}, not the operations port {ops_port}")
+    ann = (tmpl.get("metadata") or {}).get("annotations") or {}
+    if ann.get("prometheus.io/scrape") == "true" and str(ann.get("prometheus.io/port")) != str(
+            ops_port):
+        problem(where, f"prometheus.io/port is {ann.get('prometheus.io/port')}, "
+                       f"not the operations port {ops_port}")
+    labels = (tmpl.get("metadata") or {}).get("labels") or {}
+    named = {p.get("name"): p.get("containerPort")
+             for c in tmpl.get("spec", {}).get("containers") or [] for p in c.get("ports", [])}
+    for fname, svc in services:
+        sel = (svc.get("spec") or {}).get("selector") or {}
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            continue
+        for sp in (svc.get("spec") or {}).get("ports") or []:
+            target = sp.get("targetPort", sp.get("port"))
+            if named.get(target, target) == ops_port:
+                problem(f"{fname} Service/{svc['metadata']['name']}",
+                        f"publishes the operations port {ops_port} beside the callback port")
 
 
 def check_k8s(root, drain_ms):
@@ -179,6 +239,11 @@ def check_k8s(root, drain_ms):
                 for item in cm.get("items", []):
                     if item.get("key") not in data:
                         problem(where, f"configMap key {item.get('key')} is missing")
+        if "ingest" in dep["metadata"]["name"]:
+            text = None
+            for cm in configmaps.values():
+                text = (cm.get("data") or {}).get("ingest.properties") or text
+            check_ingest_k8s(where, dep, by_kind.get("Service", []), properties(text or ""))
         # The consumer's grace period against its drain budget (from its ConfigMap).
         if "consumer" in dep["metadata"]["name"]:
             cm_drain = None
@@ -266,7 +331,21 @@ def check_compose(root, drain_ms):
         for dep in ("kafka", "redis"):
             if ((svc.get("depends_on") or {}).get(dep) or {}).get("condition") != "service_healthy":
                 problem(f"docker-compose.yml service {name}", f"does not wait for {dep} healthy")
-    # Prometheus scrapes what compose runs.
+    # Ingest's health check goes to its operations port (the callback port answers 404).
+    ingest = services.get("ingest") or {}
+    with open(os.path.join(root, "deploy/config/ingest.properties"), encoding="utf-8") as f:
+        iprops = properties(f.read())
+    env = ingest.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) for e in env if "=" in e)
+    cb_port, ops_port, both = ingest_ports(iprops, env)
+    test = [str(t) for t in ((ingest.get("healthcheck") or {}).get("test") or [])]
+    if "wxguard-healthcheck" in test:
+        hc_port = port_of(":" + test[test.index("wxguard-healthcheck") + 1])
+        if hc_port != ops_port and not (both and hc_port == cb_port):
+            problem("docker-compose.yml service ingest",
+                    f"healthcheck probes port {hc_port}, not the operations port {ops_port}")
+    # Prometheus scrapes what compose runs; ingest on its operations port.
     prom = load_yaml_docs(os.path.join(root, "deploy/prometheus/prometheus.yml"))
     for doc in prom:
         for job in doc.get("scrape_configs", []):
@@ -276,6 +355,9 @@ def check_compose(root, drain_ms):
                     if host != "localhost" and host not in services:
                         problem("deploy/prometheus/prometheus.yml",
                                 f"target {t} is not a compose service")
+                    if host == "ingest" and port_of(t) != ops_port:
+                        problem("deploy/prometheus/prometheus.yml",
+                                f"target {t} is not ingest's operations port {ops_port}")
         for rf in doc.get("rule_files", []):
             if os.path.basename(rf) != "alerts.yml":
                 problem("deploy/prometheus/prometheus.yml", f"unexpected rule file {rf}")
@@ -361,6 +443,21 @@ def check_dockerfile(root):
         problem(path, "the runtime does not run as an unprivileged user")
     if "HEALTHCHECK" not in runtime:
         problem(path, "no HEALTHCHECK")
+    # The ingest stage exposes its operations port and checks its health there.
+    stage = re.search(r"^FROM runtime AS ingest$(.*?)(?=^FROM |\Z)", text, re.M | re.S)
+    if not stage:
+        problem(path, "no ingest stage")
+    else:
+        body = stage.group(1)
+        envs = dict(re.findall(r"^ENV\s+(WXG_[A-Z0-9_]+)=(\S+)", body, re.M))
+        _, ops_port, _ = ingest_ports({}, envs)
+        exposed = {int(p) for line in re.findall(r"^EXPOSE\s+(.*)$", body, re.M)
+                   for p in line.split()}
+        if ops_port not in exposed:
+            problem(path, f"the ingest stage does not EXPOSE its operations port {ops_port}")
+        hc = re.search(r'"wxguard-healthcheck",\s*"(\d+)"', body)
+        if not hc or int(hc.group(1)) != ops_port:
+            problem(path, f"the ingest stage's HEALTHCHECK is not on its operations port {ops_port}")
     for prog in ("wxguard-consumer", "wxguard-ingest", "wxguardctl"):
         if not re.search(rf'^ENTRYPOINT \["{prog}"\]', text, re.M):
             problem(path, f"no entrypoint for {prog}")

@@ -1,7 +1,9 @@
 /* The configuration files shipped in deploy/ load with the conf module's own loader, as the
  * programs would load them: natively, with the WXG_* variables docker-compose.yml sets, and the
  * Kubernetes ConfigMap with the Secret's variables. An environment variable the loader does not
- * map to a key would only be a warning, so the tests also assert that none was ignored. */
+ * map to a key would only be a warning, so the tests also assert that none was ignored, and that
+ * no ingest configuration still sets a key ingest does not use (metrics.listen, the consumer's:
+ * ingest's operations port is ingest.ops.listen). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -49,6 +51,17 @@ static wxg_conf_t *load(unsigned prog, const char *rel, const char *const *envp)
     return c;
 }
 
+/* Fails when a key of the file is not one of this program's (the environment may hold the
+ * other program's keys: one Secret serves both). */
+static void assert_all_keys_used(const wxg_conf_t *c)
+{
+    for (size_t i = 0; i < wxg_conf_warning_count(c); i++) {
+        const char *w = wxg_conf_warning(c, i);
+        if (strstr(w, "not used by") && !strstr(w, "(env "))
+            fail_msg("warning: %s", w);
+    }
+}
+
 /* Fails when the loader ignored a WXG_* variable (a misspelt name). */
 static void assert_no_ignored_env(const wxg_conf_t *c)
 {
@@ -75,6 +88,14 @@ static void native_consumer_and_ingest_files_load_and_agree_on_the_topic(void **
     assert_true(found);
     assert_int_equal(wxg_conf_int(c, "consumer.drain.timeout.ms"), 30000);
     assert_true(wxg_conf_list(c, "plugins", NULL) >= 1);
+    /* Both programs' operations ports on one host, neither of them the callback port. */
+    assert_string_equal(wxg_conf_get(in, "ingest.ops.listen"), "127.0.0.1:9465");
+    assert_string_not_equal(wxg_conf_get(in, "ingest.ops.listen"),
+                            wxg_conf_get(c, "metrics.listen"));
+    assert_string_not_equal(wxg_conf_get(in, "ingest.ops.listen"),
+                            wxg_conf_get(in, "ingest.listen"));
+    assert_false(wxg_conf_bool(in, "ingest.ops.on.callback.port"));
+    assert_all_keys_used(in);
     wxg_conf_free(c);
     wxg_conf_free(in);
 }
@@ -96,14 +117,18 @@ static void compose_environment_overrides_the_addresses(void **state)
     const char *const ingest_env[] = {
         "WXG_KAFKA_BOOTSTRAP_SERVERS=kafka:19092",
         "WXG_INGEST_LISTEN=0.0.0.0:8080",
+        "WXG_INGEST_OPS_LISTEN=0.0.0.0:9465",
         NULL,
     };
     char *compose = slurp("docker-compose.yml");
-    for (int i = 0; consumer_env[i]; i++) {
-        char name[128];
-        snprintf(name, sizeof name, "%.*s:", (int)strcspn(consumer_env[i], "="), consumer_env[i]);
-        if (!strstr(compose, name))
-            fail_msg("docker-compose.yml no longer sets %s", name);
+    const char *const *envs[] = {consumer_env, ingest_env};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; envs[k][i]; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "%.*s:", (int)strcspn(envs[k][i], "="), envs[k][i]);
+            if (!strstr(compose, name))
+                fail_msg("docker-compose.yml no longer sets %s", name);
+        }
     }
     free(compose);
     wxg_conf_t *c = load(WXG_PROG_CONSUMER, "deploy/config/consumer.properties", consumer_env);
@@ -117,6 +142,8 @@ static void compose_environment_overrides_the_addresses(void **state)
     wxg_conf_t *in = load(WXG_PROG_INGEST, "deploy/config/ingest.properties", ingest_env);
     assert_no_ignored_env(in);
     assert_string_equal(wxg_conf_get(in, "ingest.listen"), "0.0.0.0:8080");
+    assert_string_equal(wxg_conf_get(in, "ingest.ops.listen"), "0.0.0.0:9465");
+    assert_all_keys_used(in);
     wxg_conf_free(in);
 }
 
@@ -170,6 +197,11 @@ static void kubernetes_configmap_loads_with_the_secret_variables(void **state)
             assert_string_equal(wxg_conf_get(c, "redis.password"), "s1");
             /* deploy/k8s/consumer.yaml's grace period (60 s) is checked against this. */
             assert_true(wxg_conf_int(c, "consumer.drain.timeout.ms") < 60000);
+        } else {
+            /* deploy/k8s/ingest.yaml's "ops" containerPort, probes and scrape annotation. */
+            assert_string_equal(wxg_conf_get(c, "ingest.ops.listen"), "0.0.0.0:9465");
+            assert_false(wxg_conf_bool(c, "ingest.ops.on.callback.port"));
+            assert_all_keys_used(c);
         }
         wxg_conf_free(c);
         free(text);

@@ -231,6 +231,22 @@ static int log_says_listening(const char *path, int port)
     return found;
 }
 
+/* The operations port wxguard-ingest wrote to the log at `path` (before its listening line), or
+ * 0. */
+static int log_ops_port(const char *path)
+{
+    char line[512];
+    int port = 0;
+    FILE *f = fopen(path, "r");
+    while (f && port == 0 && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "wxguard-ingest operations on port %d", &port) != 1)
+            port = 0;
+    }
+    if (f)
+        fclose(f);
+    return port;
+}
+
 static pid_t spawn_ingest(const char *dir, int port, const char *topic)
 {
     const char *bin = getenv("WXG_BINARY_DIR");
@@ -256,17 +272,20 @@ static pid_t spawn_ingest(const char *dir, int port, const char *topic)
             close(fd);
         }
         execl(path, path, "--set", boot, "--set", top, "--set", listen, "--set",
-              "kafka.broker.address.family=v4", "--set", "ingest.concurrency=32", "--set",
-              "ingest.produce.timeout.ms=10s", (char *)NULL);
+              "ingest.ops.listen=127.0.0.1:0", "--set", "kafka.broker.address.family=v4", "--set",
+              "ingest.concurrency=32", "--set", "ingest.produce.timeout.ms=10s", (char *)NULL);
         _exit(127);
     }
     int64_t deadline = wxg_test_now_ms() + 30000 * wxg_test_scale();
+    int ops = 0;
     for (;;) {
         wxg_test_http_resp_t r;
         /* A /readyz answer counts only once our child wrote that it listens on the port: a
-         * server of another test that took the port meanwhile would answer just the same. */
-        if (log_says_listening(logp, port) &&
-            wxg_test_http(port, "GET", "/readyz", NULL, NULL, 0, &r) == 0) {
+         * server of another test that took the port meanwhile would answer just the same. The
+         * operations port (readiness, metrics) is the one it wrote just before. */
+        if (ops == 0 && log_says_listening(logp, port))
+            ops = log_ops_port(logp);
+        if (ops > 0 && wxg_test_http(ops, "GET", "/readyz", NULL, NULL, 0, &r) == 0) {
             int st = r.status;
             wxg_test_http_free(&r);
             if (st == 200)
@@ -281,7 +300,7 @@ static pid_t spawn_ingest(const char *dir, int port, const char *topic)
     }
     /* The program exports the standard process figures beside its own. */
     wxg_test_http_resp_t r;
-    assert_int_equal(wxg_test_http(port, "GET", "/metrics", NULL, NULL, 0, &r), 0);
+    assert_int_equal(wxg_test_http(ops, "GET", "/metrics", NULL, NULL, 0, &r), 0);
     assert_non_null(strstr(r.body, "\nprocess_resident_memory_bytes "));
     assert_non_null(strstr(r.body, "\nprocess_cpu_seconds_total "));
     wxg_test_http_free(&r);

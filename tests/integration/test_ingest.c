@@ -3,7 +3,8 @@
  * and headers (or refused with 400 and the decoder's reason); refused requests (bad signature,
  * oversized, undecodable) store nothing; the Official Account URL verification echoes; and with
  * Kafka unreachable a callback gets 503 within its budget while the gateway's retry, once Kafka
- * is there, stores it exactly once.
+ * is there, stores it exactly once. /readyz and /metrics are read on the operations port; the
+ * callback port answers /readyz with 404.
  *
  * The "one effect" half of the retry story (the consumer's guard running the stored message
  * once) belongs to the consumer's end-to-end test; here the record count in Kafka is checked. */
@@ -121,6 +122,7 @@ typedef struct server {
     wxg_metrics_t *reg;
     wxg_ingest_t *in;
     int port;
+    int ops_port; /* /metrics, /healthz, /readyz */
 } server;
 
 /* A receiver for `topic` on `bootstrap` (NULL: the fixture's broker), with up to three more
@@ -134,15 +136,16 @@ static void server_start_with(server *s, const char *bootstrap, const char *topi
              bootstrap ? bootstrap : wxg_test_kafka_bootstrap());
     snprintf(top, sizeof top, "ingest.topic=%s", topic);
     snprintf(budget, sizeof budget, "ingest.produce.timeout.ms=%d", budget_ms);
-    const char *sets[11] = {boot,
+    const char *sets[12] = {boot,
                             top,
                             budget,
                             "ingest.listen=127.0.0.1:0",
+                            "ingest.ops.listen=127.0.0.1:0",
                             "ingest.max.body.bytes=64KiB",
                             "ingest.oa.token=" OA_TOKEN,
                             "kafka.broker.address.family=v4",
                             "kafka.log_level=0"};
-    size_t n = 8;
+    size_t n = 9;
     for (size_t i = 0; extra != NULL && extra[i] != NULL && n < sizeof sets / sizeof sets[0]; i++)
         sets[n++] = extra[i];
     wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, sizeof err);
@@ -154,6 +157,8 @@ static void server_start_with(server *s, const char *bootstrap, const char *topi
     if (s->in == NULL)
         fail_msg("wxg_ingest_new: %s", err);
     s->port = wxg_ingest_port(s->in);
+    s->ops_port = wxg_ingest_ops_port(s->in);
+    assert_true(s->ops_port > 0);
 }
 
 static void server_start(server *s, const char *bootstrap, const char *topic, int budget_ms)
@@ -167,8 +172,12 @@ static void server_wait_ready(server *s)
     while (!wxg_ingest_ready(s->in, NULL, 0) && wxg_test_now_ms() < deadline)
         wxg_test_sleep_ms(50);
     wxg_test_http_resp_t r;
-    assert_int_equal(wxg_test_http(s->port, "GET", "/readyz", NULL, NULL, 0, &r), 0);
+    assert_int_equal(wxg_test_http(s->ops_port, "GET", "/readyz", NULL, NULL, 0, &r), 0);
     assert_int_equal(r.status, 200);
+    wxg_test_http_free(&r);
+    /* Ready or not, the callback port does not say so: it is the gateways', not the operator's. */
+    assert_int_equal(wxg_test_http(s->port, "GET", "/readyz", NULL, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 404);
     wxg_test_http_free(&r);
 }
 
@@ -345,7 +354,7 @@ static void every_reference_sample_is_stored_byte_identical_with_key_and_headers
 
     /* The metrics count what happened. */
     wxg_test_http_resp_t r;
-    assert_int_equal(wxg_test_http(srv.port, "GET", "/metrics", NULL, NULL, 0, &r), 0);
+    assert_int_equal(wxg_test_http(srv.ops_port, "GET", "/metrics", NULL, NULL, 0, &r), 0);
     assert_non_null(strstr(r.body, "wxg_ingest_requests_total{endpoint=\"auto\",status=\"200\"}"));
     assert_non_null(strstr(r.body, "wxg_ingest_produce_seconds_count"));
     assert_non_null(strstr(r.body, "wxg_ingest_kafka_brokers_up 1\n"));
@@ -564,7 +573,7 @@ static void kafka_down_gives_503_within_the_budget_and_the_retry_stores_once(voi
     print_message("503 after %lld ms (budget %d ms)\n", (long long)took, budget);
     assert_true(took >= budget - 50);
     assert_true(took <= budget + 1000LL * wxg_test_scale());
-    assert_int_equal(wxg_test_http(a.port, "GET", "/readyz", NULL, NULL, 0, &r), 0);
+    assert_int_equal(wxg_test_http(a.ops_port, "GET", "/readyz", NULL, NULL, 0, &r), 0);
     assert_int_equal(r.status, 503);
     wxg_test_http_free(&r);
     server_stop(&a);

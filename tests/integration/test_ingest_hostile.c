@@ -54,6 +54,7 @@ static struct {
     char *dir;
     char *topic;
     int port;
+    int ops_port; /* /readyz */
     pid_t pid;
     atomic_int stored; /* requests answered 200: each must be one record in Kafka */
     atomic_int next_id;
@@ -88,11 +89,17 @@ static int group_setup(void **state)
     wxg_test_kafka_create_topic(g.topic, 2);
     g.port = wxg_test_free_port();
     assert_true(g.port > 0);
+    do
+        g.ops_port = wxg_test_free_port();
+    while (g.ops_port == g.port);
+    assert_true(g.ops_port > 0);
     atomic_init(&g.next_id, 1000);
-    char path[512], logp[600], listen[64], top[300], boot[300], conc[64], tmo[64], body[64];
+    char path[512], logp[600], listen[64], ops[64], top[300], boot[300], conc[64], tmo[64],
+        body[64];
     snprintf(path, sizeof path, "%s/cmd/wxguard-ingest/wxguard-ingest", bin);
     snprintf(logp, sizeof logp, "%s/ingest.log", g.dir);
     snprintf(listen, sizeof listen, "ingest.listen=127.0.0.1:%d", g.port);
+    snprintf(ops, sizeof ops, "ingest.ops.listen=127.0.0.1:%d", g.ops_port);
     snprintf(top, sizeof top, "ingest.topic=%s", g.topic);
     snprintf(boot, sizeof boot, "kafka.bootstrap.servers=%s", wxg_test_kafka_bootstrap());
     snprintf(conc, sizeof conc, "ingest.concurrency=%d", CONCURRENCY);
@@ -108,13 +115,13 @@ static int group_setup(void **state)
             dup2(fd, 2);
             close(fd);
         }
-        execl(path, path, "--set", boot, "--set", top, "--set", listen, "--set", conc, "--set", tmo,
-              "--set", body, "--set", "kafka.broker.address.family=v4", "--set",
+        execl(path, path, "--set", boot, "--set", top, "--set", listen, "--set", ops, "--set", conc,
+              "--set", tmo, "--set", body, "--set", "kafka.broker.address.family=v4", "--set",
               "ingest.produce.timeout.ms=10s", "--set", "log.level=warn", (char *)NULL);
         _exit(127);
     }
     int64_t deadline = wxg_test_now_ms() + 30000 * wxg_test_scale();
-    while (!ready(g.port)) {
+    while (!ready(g.ops_port)) {
         int st;
         if (waitpid(g.pid, &st, WNOHANG) == g.pid)
             fail_msg("wxguard-ingest exited at start-up (see %s)", logp);

@@ -266,7 +266,8 @@ static pid_t spawn_ingest(const listener *l, const char *password, const char *t
     int n = 0;
     argv[n++] = bin_path(bin, sizeof bin, "cmd/wxguard-ingest/wxguard-ingest");
     snprintf(top, sizeof top, "ingest.topic=%s", topic);
-    const char *sets[] = {top, "ingest.listen=127.0.0.1:0", "kafka.broker.address.family=v4"};
+    const char *sets[] = {top, "ingest.listen=127.0.0.1:0", "ingest.ops.listen=127.0.0.1:0",
+                          "kafka.broker.address.family=v4"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         argv[n++] = "--set";
         argv[n++] = sets[i];
@@ -280,8 +281,9 @@ static pid_t spawn_ingest(const listener *l, const char *password, const char *t
     return spawn(argv, logp);
 }
 
-/* The port that the ingest writing to `logp` listens on, once it said so and /readyz answers
- * 200 (a broker connection is up); fails the test after 30 s (scaled) or when it exits. */
+/* The port that the ingest writing to `logp` listens on, once it said so and /readyz on the
+ * operations port it wrote just before answers 200 (a broker connection is up); fails the test
+ * after 30 s (scaled) or when it exits. */
 static int ingest_ready(pid_t pid, const char *logp)
 {
     int64_t deadline = wxg_test_now_ms() + 30000 * wxg_test_scale();
@@ -289,9 +291,12 @@ static int ingest_ready(pid_t pid, const char *logp)
         char *out = slurp(logp);
         const char *at = strstr(out, "wxguard-ingest listening on port ");
         int port = at ? (int)strtol(at + strlen("wxguard-ingest listening on port "), NULL, 10) : 0;
+        const char *oat = strstr(out, "wxguard-ingest operations on port ");
+        int ops =
+            oat ? (int)strtol(oat + strlen("wxguard-ingest operations on port "), NULL, 10) : 0;
         free(out);
         wxg_test_http_resp_t r;
-        if (port > 0 && wxg_test_http(port, "GET", "/readyz", NULL, NULL, 0, &r) == 0) {
+        if (port > 0 && ops > 0 && wxg_test_http(ops, "GET", "/readyz", NULL, NULL, 0, &r) == 0) {
             int status = r.status;
             wxg_test_http_free(&r);
             if (status == 200)

@@ -322,8 +322,8 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
         dup2(fd, 1);
         dup2(fd, 2);
         execl(bin, bin, "--set", boot, "--set", tset, "--set", "ingest.listen=127.0.0.1:0", "--set",
-              "kafka.broker.address.family=v4", "--set", "log.level=debug", "--set",
-              "kafka.debug=all", "--set", "log.id.salt=" SALT, "--set",
+              "ingest.ops.listen=127.0.0.1:0", "--set", "kafka.broker.address.family=v4", "--set",
+              "log.level=debug", "--set", "kafka.debug=all", "--set", "log.id.salt=" SALT, "--set",
               "kafka.sasl.password=" SASL_PW, "--set", "ingest.oa.token=" OA_TOKEN, "--set",
               "ingest.oa.aes.key=" AES_KEY, "--set", "ingest.oa.aes.key.previous=" AES_PREV,
               "--set", "ingest.oa.appid=" APPID, "--set", "ingest.hmac.secret=" HMAC_SEC,

@@ -1,8 +1,9 @@
 /* Unit tests for lib/httpd.c: a server on 127.0.0.1 port 0 answers /metrics, /healthz and
  * /readyz (both ways) to a plain HTTP client, refuses other paths and methods, and reports
  * the port it bound; application routes get the whole request, and the body cap and the
- * in-flight limit are enforced before the handler runs; a client trickling its request a byte
- * at a time is cut by the request deadline, also on a server without application routes, while
+ * in-flight limit are enforced before the handler runs; a server told to leave the built-in
+ * paths to another one routes them like any path (handler or 404); a client trickling its request a
+ * byte at a time is cut by the request deadline, also on a server without application routes, while
  * others are answered. Loopback only; no external server is needed. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -411,6 +412,50 @@ static void a_request_over_the_inflight_limit_gets_503_with_retry_after(void **s
     wxg_metrics_free(reg);
 }
 
+/* The ingest callback port: the built-in paths belong to the operations server, so here they
+ * reach the handler under its prefix, or get 404 outside it, and never show the registry. */
+static void without_builtin_paths_they_go_to_the_handler_or_404(void **state)
+{
+    (void)state;
+    app a = {0};
+    char err[256] = "";
+    wxg_metrics_t *reg = wxg_metrics_new();
+    wxg_metrics_counter(reg, "wxg_test_secret_total", "Must not be shown here.", NULL);
+    wxg_httpd_opts_t o = {.listen = "127.0.0.1:0",
+                          .metrics = reg,
+                          .handler = echo_handler,
+                          .handler_opaque = &a,
+                          .handler_prefix = "/app/",
+                          .no_builtin_paths = 1};
+    wxg_httpd_t *h = wxg_httpd_start_opts(&o, err, sizeof err);
+    if (h == NULL)
+        fail_msg("wxg_httpd_start_opts: %s", err);
+    int port = wxg_httpd_port(h);
+    response r;
+    static const char *const paths[] = {"/metrics", "/healthz", "/readyz"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        assert_int_equal(http_request(port, "GET", paths[i], &r), 0);
+        assert_int_equal(r.status, 404);
+        assert_null(strstr(r.body, "wxg_test_secret_total"));
+        assert_int_equal(http_request(port, "HEAD", paths[i], &r), 0);
+        assert_int_equal(r.status, 404);
+    }
+    assert_int_equal(atomic_load(&a.calls), 0);
+    wxg_httpd_stop(h);
+
+    /* Under a prefix of "/" (ingest's) the handler answers them, like any unknown path. */
+    o.handler_prefix = "/";
+    h = wxg_httpd_start_opts(&o, err, sizeof err);
+    if (h == NULL)
+        fail_msg("wxg_httpd_start_opts: %s", err);
+    assert_int_equal(http_request(wxg_httpd_port(h), "GET", "/metrics", &r), 0);
+    assert_int_equal(r.status, 201);
+    assert_string_equal(r.body, "GET /metrics q=- h=- len=0\n");
+    assert_int_equal(atomic_load(&a.calls), 1);
+    wxg_httpd_stop(h);
+    wxg_metrics_free(reg);
+}
+
 static void a_handler_without_a_path_prefix_is_refused(void **state)
 {
     (void)state;
@@ -475,6 +520,7 @@ int main(void)
         cmocka_unit_test(app_routes_get_method_path_query_headers_and_exact_body),
         cmocka_unit_test(bodies_over_the_cap_get_413_by_declared_and_by_streamed_size),
         cmocka_unit_test(a_request_over_the_inflight_limit_gets_503_with_retry_after),
+        cmocka_unit_test(without_builtin_paths_they_go_to_the_handler_or_404),
         cmocka_unit_test(a_handler_without_a_path_prefix_is_refused),
         cmocka_unit_test(a_trickling_client_is_cut_by_the_request_deadline_while_others_are_served),
     };

@@ -2,7 +2,8 @@
  * documented vectors, the gateway HMAC against RFC 4231, and every answer the receiver gives
  * before or instead of storing (404, 405, 401, 400, 413, the URL-verification echo, and 503 with
  * /readyz not ready when Kafka cannot be reached), the checks on encrypted Official Account
- * pushes and the safe-mode settings. Kafka is a closed loopback port here; storing
+ * pushes and the safe-mode settings, and /metrics, /healthz and /readyz served on the operations
+ * port and not on the callback port unless asked for. Kafka is a closed loopback port here; storing
  * for real is tests/integration/test_ingest.c. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +44,7 @@ typedef struct fixture {
     wxg_metrics_t *reg;
     wxg_ingest_t *in;
     int port;
+    int ops_port; /* -1: no operations server */
 } fixture;
 
 /* A receiver whose Kafka is a closed port, with the extra settings given. */
@@ -53,9 +55,13 @@ static void start(fixture *f, const char *const *extra, size_t nextra)
     int dead = wxg_test_free_port();
     assert_true(dead > 0);
     snprintf(boot, sizeof boot, "kafka.bootstrap.servers=127.0.0.1:%d", dead);
-    const char *sets[16] = {boot, "ingest.listen=127.0.0.1:0", "ingest.produce.timeout.ms=300",
-                            "ingest.max.body.bytes=2KiB", "kafka.log_level=0"};
-    size_t n = 5;
+    const char *sets[16] = {boot,
+                            "ingest.listen=127.0.0.1:0",
+                            "ingest.ops.listen=127.0.0.1:0",
+                            "ingest.produce.timeout.ms=300",
+                            "ingest.max.body.bytes=2KiB",
+                            "kafka.log_level=0"};
+    size_t n = 6;
     for (size_t i = 0; i < nextra && n < 16; i++)
         sets[n++] = extra[i];
     wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, sizeof err);
@@ -68,6 +74,7 @@ static void start(fixture *f, const char *const *extra, size_t nextra)
         fail_msg("wxg_ingest_new: %s", err);
     f->port = wxg_ingest_port(f->in);
     assert_true(f->port > 0);
+    f->ops_port = wxg_ingest_ops_port(f->in);
 }
 
 static void stop(fixture *f)
@@ -89,6 +96,18 @@ static int req(fixture *f, const char *method, const char *target, const char *h
         snprintf(body, body_size, "%s", r.body);
     if (hdrs != NULL)
         snprintf(hdrs, hdrs_size, "%s", r.headers);
+    wxg_test_http_free(&r);
+    return status;
+}
+
+/* GET `path` on `port`: its status, and its body in `body`. */
+static int get_on(int port, const char *path, char *body, size_t body_size)
+{
+    wxg_test_http_resp_t r;
+    if (wxg_test_http(port, "GET", path, NULL, NULL, 0, &r) != 0)
+        fail_msg("GET %s on port %d: no answer", path, port);
+    int status = r.status;
+    snprintf(body, body_size, "%s", r.body);
     wxg_test_http_free(&r);
     return status;
 }
@@ -170,8 +189,10 @@ static void unknown_paths_and_methods_get_404_and_405(void **state)
                          sizeof body, NULL, 0),
                      404);
     assert_non_null(strstr(body, "ingest.oa.token"));
-    /* Built-in paths are still there. */
-    assert_int_equal(req(&f, "GET", "/healthz", NULL, NULL, 0, NULL, 0, NULL, 0), 200);
+    /* The built-in paths are served on the operations port. */
+    assert_int_equal(req(&f, "GET", "/healthz", NULL, NULL, 0, NULL, 0, NULL, 0), 404);
+    char ok[64];
+    assert_int_equal(get_on(f.ops_port, "/healthz", ok, sizeof ok), 200);
     stop(&f);
 }
 
@@ -265,7 +286,7 @@ static void kafka_down_gives_503_with_retry_after_and_not_ready(void **state)
     assert_non_null(strstr(hdrs, "Retry-After: 1\r\n"));
     assert_non_null(strstr(hdrs, "X-Request-Id: gw-retry-0001\r\n"));
     assert_non_null(strstr(body, "ETIMEDOUT"));
-    assert_int_equal(req(&f, "GET", "/readyz", NULL, NULL, 0, body, sizeof body, NULL, 0), 503);
+    assert_int_equal(get_on(f.ops_port, "/readyz", body, sizeof body), 503);
     assert_non_null(strstr(body, "not ready: kafka"));
     char reason[128];
     assert_int_equal(wxg_ingest_ready(f.in, reason, sizeof reason), 0);
@@ -498,8 +519,9 @@ static void unusable_safe_mode_settings_fail_start_with_a_reason(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[512] = "";
-        const char *sets[8] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=127.0.0.1:0"};
-        size_t n = 2;
+        const char *sets[8] = {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=127.0.0.1:0",
+                               "ingest.ops.listen=127.0.0.1:0"};
+        size_t n = 3;
         for (size_t k = 0; k < 3 && cases[i].sets[k]; k++)
             sets[n++] = cases[i].sets[k];
         wxg_conf_t *conf = wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets, n, err, sizeof err);
@@ -515,6 +537,80 @@ static void unusable_safe_mode_settings_fail_start_with_a_reason(void **state)
         assert_null(in);
         if (strstr(err, cases[i].why) == NULL)
             fail_msg("case %zu: '%s' does not say '%s'", i, err, cases[i].why);
+    }
+}
+
+/* Who can post callbacks is not who may read the metrics or probe readiness: by default the
+ * built-in paths answer on ingest.ops.listen only and are 404 on the callback port (the
+ * receiver's own "not found", like any unknown path); ingest.ops.on.callback.port brings them
+ * back there for a setup with one port; an empty ingest.ops.listen serves them nowhere. */
+static void operations_paths_are_404_on_the_callback_port_unless_asked_for(void **state)
+{
+    (void)state;
+    static const char *const paths[] = {"/metrics", "/healthz", "/readyz"};
+    static const int served[] = {200, 200, 503}; /* /readyz: Kafka is down here */
+    char body[8192];
+    fixture f;
+    start(&f, NULL, 0);
+    assert_true(f.ops_port > 0);
+    assert_int_not_equal(f.ops_port, f.port);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(get_on(f.port, paths[i], body, sizeof body), 404);
+        assert_non_null(strstr(body, "not found: callbacks go to"));
+        assert_int_equal(get_on(f.ops_port, paths[i], body, sizeof body), served[i]);
+    }
+    assert_int_equal(get_on(f.ops_port, "/metrics", body, sizeof body), 200);
+    assert_non_null(strstr(body, "wxg_ingest_stored_bytes_total"));
+    assert_int_equal(get_on(f.ops_port, "/readyz", body, sizeof body), 503);
+    assert_non_null(strstr(body, "not ready: kafka"));
+    /* The callback port's 404s are counted with the other unknown paths. */
+    char *text = render(f.reg);
+    assert_non_null(
+        strstr(text, "wxg_ingest_requests_total{endpoint=\"other\",status=\"404\"} 3\n"));
+    free(text);
+    stop(&f);
+
+    const char *both[] = {"ingest.ops.on.callback.port=true"};
+    start(&f, both, 1);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(get_on(f.port, paths[i], body, sizeof body), served[i]);
+        assert_int_equal(get_on(f.ops_port, paths[i], body, sizeof body), served[i]);
+    }
+    assert_int_equal(get_on(f.port, "/metrics", body, sizeof body), 200);
+    assert_non_null(strstr(body, "wxg_ingest_stored_bytes_total"));
+    stop(&f);
+
+    const char *none[] = {"ingest.ops.listen="};
+    start(&f, none, 1);
+    assert_int_equal(f.ops_port, -1);
+    assert_int_equal(get_on(f.port, "/healthz", body, sizeof body), 404);
+    stop(&f);
+}
+
+static void an_operations_address_that_cannot_serve_fails_start_naming_the_key(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    char cb[64], same[64];
+    int port = wxg_test_free_port();
+    assert_true(port > 0);
+    snprintf(cb, sizeof cb, "ingest.listen=127.0.0.1:%d", port);
+    snprintf(same, sizeof same, "ingest.ops.listen=127.0.0.1:%d", port);
+    const char *sets[][3] = {
+        {"kafka.bootstrap.servers=127.0.0.1:1", "ingest.listen=127.0.0.1:0",
+         "ingest.ops.listen=10.255.255.1:1"},
+        {"kafka.bootstrap.servers=127.0.0.1:1", cb, same},
+    };
+    static const char *const why[] = {"ingest.ops.listen: cannot listen on 10.255.255.1:1",
+                                      "set ingest.ops.on.callback.port = true"};
+    for (size_t i = 0; i < 2; i++) {
+        wxg_conf_t *conf =
+            wxg_conf_load(WXG_PROG_INGEST, NULL, no_env, sets[i], 3, err, sizeof err);
+        assert_non_null(conf);
+        assert_null(wxg_ingest_new(conf, NULL, err, sizeof err));
+        if (strstr(err, why[i]) == NULL)
+            fail_msg("case %zu: '%s' does not say '%s'", i, err, why[i]);
+        wxg_conf_free(conf);
     }
 }
 
@@ -910,6 +1006,8 @@ int main(void)
         cmocka_unit_test(the_timestamp_check_takes_plain_seconds_within_the_tolerance),
         cmocka_unit_test(encrypted_pushes_that_fail_a_check_are_refused_before_kafka),
         cmocka_unit_test(unusable_safe_mode_settings_fail_start_with_a_reason),
+        cmocka_unit_test(operations_paths_are_404_on_the_callback_port_unless_asked_for),
+        cmocka_unit_test(an_operations_address_that_cannot_serve_fails_start_naming_the_key),
         cmocka_unit_test(a_bad_listen_address_fails_start_with_a_reason),
         cmocka_unit_test(a_non_loopback_listen_needs_a_gateway_secret),
         cmocka_unit_test(gateway_secrets_rotate_and_bind_to_accounts),
