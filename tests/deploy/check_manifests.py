@@ -116,6 +116,28 @@ def ingest_ports(props, env=None):
     return port_of(listen), port_of(ops), str(both).strip().lower() in ("true", "1", "yes", "on")
 
 
+def ingest_secret_problem(props, env):
+    """Why an ingest configuration would refuse to start (a non-loopback ingest.listen without a
+    gateway secret, ingest.hmac.required left on), or None. `env` maps the WXG_* variables the
+    program gets to their values (None: set from a Secret, value unknown)."""
+    listen = env.get("WXG_INGEST_LISTEN", props.get("ingest.listen", "127.0.0.1:8080")) or ""
+    host = re.sub(r":\d+\s*$", "", str(listen)).strip("[] ")
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return None
+    required = env.get("WXG_INGEST_HMAC_REQUIRED", props.get("ingest.hmac.required", "true"))
+    if str(required).strip().lower() in ("false", "0", "no", "off"):
+        return None
+    for key in ("ingest.hmac.secret", "ingest.hmac.gateways"):
+        var = "WXG_" + key.upper().replace(".", "_")
+        for name in (var, var + "__FILE"):
+            if name in env and (env[name] is None or str(env[name]).strip()):
+                return None
+        if props.get(key, "").strip():
+            return None
+    return (f"ingest.listen {listen} is not loopback and no gateway secret reaches ingest "
+            "(WXG_INGEST_HMAC_SECRET or ingest.hmac.gateways): it would refuse to start")
+
+
 def check_ingest_k8s(where, dep, services, props):
     """Ingest's probes and scrape annotation use the operations port; no Service publishes it."""
     cb_port, ops_port, both = ingest_ports(props)
@@ -339,6 +361,9 @@ def check_compose(root, drain_ms):
     if isinstance(env, list):
         env = dict(e.split("=", 1) for e in env if "=" in e)
     cb_port, ops_port, both = ingest_ports(iprops, env)
+    why = ingest_secret_problem(iprops, env)
+    if why:
+        problem("docker-compose.yml service ingest", why)
     test = [str(t) for t in ((ingest.get("healthcheck") or {}).get("test") or [])]
     if "wxguard-healthcheck" in test:
         hc_port = port_of(":" + test[test.index("wxguard-healthcheck") + 1])
