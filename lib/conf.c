@@ -270,7 +270,7 @@ static const wxg_conf_keydef_t keys[] = {
              "their number. Part of the stamped layout: keep 16 on a prefix written by a "
              "version before this key existed.",
      .check = check_power_of_two},
-    /* The upper bound is WXG__DONECACHE_MAX_ENTRIES (lib/donecache_int.h). */
+    /* The upper bound is WXG__DONECACHE_MAX_ENTRIES (lib/guard/donecache_int.h). */
     KINT("guard.done.cache.entries", "65536", 0, 67108864, C_,
          "Messages this replica completed that it remembers in memory (32 bytes each), so that "
          "their redeliveries are answered as duplicates without a Redis call; 0 turns the near "

@@ -19,7 +19,7 @@
  *     from the Kafka message and read only for a dead letter), dead letters go through
  *     dlq_sink, and a finished message comes back through job_finished. Each worker has its
  *     own guard connection and plugin thread state (worker_init); all of them share one near
- *     cache of DONE messages (lib/donecache.c, its own striped locks), created before the
+ *     cache of DONE messages (lib/guard/donecache.c, its own striped locks), created before the
  *     workers and destroyed after them.
  *   - The guard's watchdog thread renews the leases of claimed messages while plugins run.
  *

@@ -2,7 +2,7 @@
  * DESIGN: a Redis Cluster client on wxguard's connection layer (lib/rconn.c).
  *
  * Purpose: run a batch of commands against a Redis Cluster the way the cluster wants them run,
- * for the guard (lib/guard_conn.c) and for anyone below it. hiredis 0.14.1 has no cluster
+ * for the guard (lib/guard/guard_conn.c) and for anyone below it. hiredis 0.14.1 has no cluster
  * support and no C cluster client is packaged for Debian 12, so this is ours: the slot of a key
  * (CRC16-XMODEM with hash tags), the slot map read with CLUSTER SLOTS, one connection per node,
  * and the redirections. lib/rcluster_int.h says what a caller sees.

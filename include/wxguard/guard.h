@@ -38,7 +38,7 @@
 #include "wxguard/common.h"
 #include "wxguard/err.h"
 
-/* The near cache of DONE messages (lib/donecache.c), opaque here: the consumer makes one from
+/* The near cache of DONE messages (lib/guard/donecache.c), opaque here: the consumer makes one from
  * consumer.done_cache_entries and hands it to its guard handles through done_cache below. */
 typedef struct wxg_donecache_s wxg_donecache_t;
 

@@ -1,4 +1,4 @@
-/* The in-memory guard of the unit tests (fakeguard.h): a design behind lib/guard_int.h's
+/* The in-memory guard of the unit tests (fakeguard.h): a design behind lib/guard/guard_int.h's
  * operations table. Every handle's design state is the shared fakeguard_t itself; its records
  * live in a small chained hash table under one mutex. Calls take the lock once per message, so
  * a hook (fakeguard_set_hook) can run between two messages of one batch. */

@@ -1,6 +1,6 @@
 /*
  * An in-memory guard for unit tests: a design behind the guard's operations table
- * (lib/guard_int.h) with the state machine of docs/guard.md §1 and nothing of Redis.
+ * (lib/guard/guard_int.h) with the state machine of docs/guard.md §1 and nothing of Redis.
  *
  * One fakeguard_t is one shared "Redis": every handle made from it (one per worker thread, one
  * for a watchdog) sees the same messages. The state is guarded by one mutex, so handles may be

@@ -1,4 +1,4 @@
-/* Unit tests for lib/donecache.c: the near cache remembers a fingerprint with its payload tag
+/* Unit tests for lib/guard/donecache.c: the near cache remembers a fingerprint with its payload tag
  * until the expiry it was given and not a millisecond longer, replaces the entry that expires
  * first when a set is full, is a no-op when its capacity is 0, and gives every thread the same
  * answers when many use it at once. Times are passed explicitly, so nothing here waits. */

@@ -1,4 +1,4 @@
-/* Unit tests for the pure parts of the guard (lib/guard_layout.c, lib/guard_lua.c): the
+/* Unit tests for the pure parts of the guard (lib/guard/guard_layout.c, lib/guard/guard_lua.c): the
  * false-duplicate arithmetic, the compact-marker geometry, Redis key building from hostile keys,
  * parsing of script replies (built from raw RESP bytes with hiredis's own reader, so no server
  * is involved), and the record definition every script is built with. */
@@ -291,7 +291,7 @@ static void payload_tag_is_a_signed_16_bit_number(void **state)
     unsigned char h[32] = {0};
     assert_int_equal(wxg__guard_payload_tag(NULL), 1);
     unsigned char zero[32] = {0};
-    assert_int_equal(wxg__guard_payload_tag(zero), 1); /* never 0: lib/guard_native.c */
+    assert_int_equal(wxg__guard_payload_tag(zero), 1); /* never 0: lib/guard/guard_native.c */
     h[0] = 0x7f;
     h[1] = 0xff;
     assert_int_equal(wxg__guard_payload_tag(h), 32767);
@@ -474,7 +474,7 @@ static void every_script_is_built_with_the_record_fields_c_uses(void **state)
         for (int k = 0; k < n; k++)
             assert_int_equal(v[k], k + 1);
         assert_non_null(strstr(scripts[i], "F_KLEN = "));
-        /* The in-flight value's shape, which lib/guard_native.c writes too. */
+        /* The in-flight value's shape, which lib/guard/guard_native.c writes too. */
         n = lua_locals(scripts[i], "local OWNER_LEN, OWNER_DIGITS, FENCE_MIN_DIGITS", v, 32);
         assert_int_equal(n, 3);
         assert_int_equal(v[0], WXG_GUARD_OWNER_LEN);

@@ -1,9 +1,9 @@
-/* Unit tests of the guard's design interface (lib/guard_int.h) and of the in-memory fake behind
- * it (tests/support/fakeguard.c): every row of the state-machine table in docs/guard.md §1 is
- * asserted on the fake, through the public API, so that tests written against the fake test
- * what the Lua design does. Also: the argument checks made before any design is called, the
- * fake's fault injection and hook, several handles over one fake, and the watchdog running
- * over a fake handle. */
+/* Unit tests of the guard's design interface (lib/guard/guard_int.h) and of the in-memory fake
+ * behind it (tests/support/fakeguard.c): every row of the state-machine table in docs/guard.md §1
+ * is asserted on the fake, through the public API, so that tests written against the fake test what
+ * the Lua design does. Also: the argument checks made before any design is called, the fake's fault
+ * injection and hook, several handles over one fake, and the watchdog running over a fake handle.
+ */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

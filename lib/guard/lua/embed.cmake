@@ -1,8 +1,8 @@
-# Turns every lib/lua/*.lua into a NUL-terminated C array `wxg__lua_<name>` in one generated C
+# Turns every lib/guard/lua/*.lua into a NUL-terminated C array `wxg__lua_<name>` in one generated C
 # file, so that the scripts stay readable Lua in the tree and need no files at run time.
 # Files whose name starts with '_' are shared helpers: their text is put in front of every
 # script instead of becoming an array of their own (Redis scripts cannot include each other).
-# In front of those goes the record's definition (RECORD, lib/guard_record.def) as Lua
+# In front of those goes the record's definition (RECORD, lib/guard/guard_record.def) as Lua
 # constants, 1-based as Lua counts:
 #   local F_ST, F_OWNER, ... = 1, 2, ...     the record's '|'-separated fields, and F_COUNT
 #   local N_ST, N_OWNER, ... = 'st', ...     their names in the admin scripts' name/value lists
@@ -53,7 +53,7 @@ foreach(line ${defs})
   endif()
 endforeach()
 list(LENGTH fields nfields)
-set(record "-- Generated from lib/guard_record.def by lib/lua/embed.cmake: the in-flight record.\n")
+set(record "-- Generated from lib/guard/guard_record.def by lib/guard/lua/embed.cmake: the in-flight record.\n")
 lua_locals(record "${fields}" "${positions}")
 string(APPEND record "local F_COUNT = ${nfields}\n")
 lua_locals(record "${names}" "${admin}")
@@ -70,7 +70,7 @@ foreach(script ${scripts})
     string(APPEND common "${hex}")
   endif()
 endforeach()
-set(body "/* Generated from the Lua files in lib/lua by lib/lua/embed.cmake. Do not edit. */\n")
+set(body "/* Generated from the Lua files in lib/lua by lib/guard/lua/embed.cmake. Do not edit. */\n")
 string(APPEND body "#include \"guard_conn_int.h\"\n")
 foreach(script ${scripts})
   get_filename_component(name ${script} NAME_WE)

@@ -1,10 +1,10 @@
 /*
  * DESIGN: the native design of the guard -- the default.
  *
- * Purpose: the state machine of docs/guard.md §1 on layout v4 (lib/guard_record.def) with the
+ * Purpose: the state machine of docs/guard.md §1 on layout v4 (lib/guard/guard_record.def) with the
  * common transitions as native Redis commands, pipelined per batch, because a native command
  * costs Redis about a third of the same work inside a script (docs/guard.md §9). Only the rare
- * paths go through the scripts of lib/guard_lua.c: taking over an expired lease, a FAILED or
+ * paths go through the scripts of lib/guard/guard_lua.c: taking over an expired lease, a FAILED or
  * released message, a claim that met another state, a claim or complete near a time-bucket
  * boundary, renew and fail. docs/guard.md §4 argues, step by step, why each native step is safe
  * under concurrency; in short:
@@ -12,7 +12,7 @@
  *   claim      HSETNX <newest bucket> <field> <fence><d>, PEXPIREAT that bucket, HGET <each
  *              older live bucket> <field>. The in-flight value is one integer: the fence (the
  *              estimated server time in µs) followed by three digits of the owner token
- *              (lib/guard_record.def). HSETNX creates it atomically, so of two claims of one
+ *              (lib/guard/guard_record.def). HSETNX creates it atomically, so of two claims of one
  *              message exactly one creates it; the other reads it (HGET, a second round trip)
  *              and answers DUPLICATE for a DONE tag, BUSY while the value's lease is live, or
  *              goes to the script. A claim whose HSETNX won but found state in an older bucket
@@ -38,7 +38,7 @@
  *              that the plugin finished, which stays true, and expires with its hash).
  *
  * The bucket names come from the handle's estimate of the server's clock (a TIME sample per
- * connection, lib/guard_conn.c), which is never behind the server's clock; a step closer than
+ * connection, lib/guard/guard_conn.c), which is never behind the server's clock; a step closer than
  * WXG__CLOCK_MARGIN_MS to a bucket boundary goes to the script, which reads the server's clock.
  * A native fence is the estimate in µs, greater than any fence handed out earlier for a
  * message without state (docs/guard.md §3.4).
@@ -102,7 +102,8 @@ static int64_t safe_bucket(const wxg__guard_redis_t *rg, int64_t now_ms)
     return tb;
 }
 
-/* The selector bits of time bucket tb (stamped when `create` and missing: lib/guard_geom.c). */
+/* The selector bits of time bucket tb (stamped when `create` and missing: lib/guard/guard_geom.c).
+ */
 static int sel_of(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
 {
     return wxg__guard_sel(rg, tb, create, sel);
@@ -258,7 +259,7 @@ typedef struct nclaim {
 
 enum { NC_CLAIMED, NC_READ, NC_SCRIPT, NC_SCRIPT_MINE, NC_DONE };
 
-/* The owner token's digits in an in-flight value (lib/lua/_record.lua's owner_digits). */
+/* The owner token's digits in an in-flight value (lib/guard/lua/_record.lua's owner_digits). */
 static int owner_digits(const char *owner)
 {
     char h[4] = {owner[0], owner[1], owner[2], '\0'};
@@ -303,7 +304,7 @@ static int is_marker(const char *s, size_t len)
 }
 
 /* A spent value: a negative integer below every marker, which only a complete's increments
- * leave (lib/guard_record.def). The message was completed; its payload tag is unknown. */
+ * leave (lib/guard/guard_record.def). The message was completed; its payload tag is unknown. */
 static int is_spent(const char *s, size_t len)
 {
     if (len <= 6 || s[0] != '-')
@@ -523,7 +524,7 @@ static int native_claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msg
     }
     npipe_deletions(rg, &p);
     p.writes = 1;
-    /* The fence of a native claim is its lease's end (lib/guard_record.def). */
+    /* The fence of a native claim is its lease's end (lib/guard/guard_record.def). */
     uint64_t fence = (uint64_t)(now_us + rg->conf.lease_ms * 1000);
     rc = claim_round1(rg, msgs, n, fps, c, tb, now_ms, fence, &p, names, nold, expire_at);
     if (rc == 0)
@@ -771,7 +772,7 @@ enum { NC_OK, NC_POINTER, NC_UNDO_DONE, NC_UNDO_LOST, NC_WRITE, NC_REWRITE };
  * answer never came (a timeout, a lost connection) or whose WAIT fell short is retried by its
  * caller, and every attempt that reached Redis added delta: on this claim's value that is the
  * marker and then marker + j * delta, on an empty field j * delta. Any such value is negative
- * and below every marker: a spent value (lib/guard_record.def), which only a complete, i.e.
+ * and below every marker: a spent value (lib/guard/guard_record.def), which only a complete, i.e.
  * after every plugin ran, leaves. It is written over with the marker (NC_REWRITE, answered
  * ALREADY_DONE), as is a field so far along that the increment would overflow. */
 static int complete_kind(long long before, long long value)

@@ -275,7 +275,7 @@ int wxg__guard_inflight_owner(uint64_t fence, char out[WXG_GUARD_OWNER_LEN + 1])
 int wxg__guard_payload_tag(const unsigned char *payload_hash)
 {
     /* Never 0: the native complete's HINCRBY reads a field it found empty as 0, and must tell
-     * it from a marker (lib/guard_native.c). A payload whose two bytes are 0 shares tag 1. */
+     * it from a marker (lib/guard/guard_native.c). A payload whose two bytes are 0 shares tag 1. */
     if (!payload_hash)
         return 1;
     int t = (int)(int16_t)(uint16_t)((payload_hash[0] << 8) | payload_hash[1]);

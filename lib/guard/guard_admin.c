@@ -6,17 +6,17 @@
  * DONE marker); release clears a claim whose owner is known dead; rearm gives a FAILED message a
  * fresh retry budget for a redrive; purge deletes one in-flight record; scan walks the in-flight
  * records under the prefix with SCAN (never KEYS); ping checks that Redis answers. Each
- * one-message operation is one read-only or owner-free Lua script (lib/lua/) run through the
- * Lua design's batch runner (lib/guard_lua.c), so it sees the record exactly as the transitions
- * write it. The record's format stays inside the scripts: they hand C a flat name/value list
- * (lib/lua/_record.lua's rec_fields, named as lib/guard_record.def names them), which
- * parse_record_fields reads.
+ * one-message operation is one read-only or owner-free Lua script (lib/guard/lua/) run through the
+ * Lua design's batch runner (lib/guard/guard_lua.c), so it sees the record exactly as the
+ * transitions write it. The record's format stays inside the scripts: they hand C a flat name/value
+ * list (lib/guard/lua/_record.lua's rec_fields, named as lib/guard/guard_record.def names them),
+ * which parse_record_fields reads.
  *
  * The Redis designs' operations tables point here. They read layout v4, which the native and
  * the Lua design share: in the naive design they find nothing of its keys (docs/guard.md §8).
  *
  * Threads: the handle's thread only; no locks. Failure modes: those of the connection
- * (lib/guard_conn.c) and of the batch runner; an answer of the wrong shape is WXG_EREDIS with
+ * (lib/guard/guard_conn.c) and of the batch runner; an answer of the wrong shape is WXG_EREDIS with
  * the last error set; a scan callback's non-zero value stops the walk and is returned.
  */
 #include "guard_conn_int.h"
@@ -55,7 +55,7 @@ static char *str_dup_reply(const redisReply *r)
     return s;
 }
 
-/* The names the admin scripts give the record's fields and parts (lib/guard_record.def). */
+/* The names the admin scripts give the record's fields and parts (lib/guard/guard_record.def). */
 static const char *const field_names[WXG__F_COUNT] = {
 #define WXG__REC_FIELD(name, admin) admin,
 #include "guard_record.def"
@@ -176,7 +176,7 @@ static int record_plugins(wxg_guard_record_t *rec, const redisReply *f, size_t n
     return 0;
 }
 
-/* Fills `rec` from the flat name/value list `f` of an in-flight record (lib/lua/_record.lua's
+/* Fills `rec` from the flat name/value list `f` of an in-flight record (lib/guard/lua/_record.lua's
  * rec_fields), read at server time `now` (ms); *st receives the state letter. Returns 0,
  * WXG_EREDIS or WXG_ENOMEM (what was filled is freed by wxg_guard_record_free). */
 static int parse_record_fields(wxg_guard_record_t *rec, const redisReply *f, int64_t now, char *st)
@@ -216,8 +216,8 @@ static wxg_guard_state_t record_state(char st)
  */
 
 /* One-message admin batches (inspect, release, rearm, purge) share the batch runner: the
- * message's names, its time window (its keys declared, lib/lua/_record.lua), then the script's
- * own header arguments and its per-message arguments, run with a rebuild after WXGSKEW. */
+ * message's names, its time window (its keys declared, lib/guard/lua/_record.lua), then the
+ * script's own header arguments and its per-message arguments, run with a rebuild after WXGSKEW. */
 static int admin_batch(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int script, const char *key,
                        size_t key_len, const long long *hdr, int nhdr, int writes)
 {
@@ -287,7 +287,7 @@ static int inspect_record(const redisReply *r, const wxg__guard_keys_t *k,
             rc = WXG_ENOMEM;
             goto out;
         }
-        /* A spent value (lib/guard_record.def) is DONE with an unknown tag: 0. */
+        /* A spent value (lib/guard/guard_record.def) is DONE with an unknown tag: 0. */
         long long tag = str_ll(r->element[4]);
         rec->done_payload_tag = tag >= -32768 && tag <= 32767 ? (int)tag : 0;
         rec->done_ttl_ms = r->element[5]->integer;
@@ -581,7 +581,7 @@ static int scan_items(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, const redis
         memcpy(it->k.record, nm->str, nm->len);
         it->k.record[nm->len] = '\0';
         it->k.record_len = nm->len;
-        /* Its sub-marker hash: the same name with ':p:' for ':r:' (lib/guard_layout.c). */
+        /* Its sub-marker hash: the same name with ':p:' for ':r:' (lib/guard/guard_layout.c). */
         memcpy(it->k.plugins, it->k.record, nm->len + 1);
         it->k.plugins_len = nm->len;
         char *r = strstr(it->k.plugins + plen, "}:r:");

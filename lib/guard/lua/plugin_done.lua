@@ -1,5 +1,5 @@
 -- plugin_done: record that one plugin finished, with its small result (the script form; the
--- native design writes the same sub-marker with HSETNX, lib/guard_native.c).
+-- native design writes the same sub-marker with HSETNX, lib/guard/guard_native.c).
 --
 -- KEYS      KPM per message (see _record.lua)
 -- ARGV[1..4] NB, TB_HI, bucket width ms, DONE retention ms

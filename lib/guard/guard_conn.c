@@ -5,7 +5,7 @@
  * optionally TLS, deadlines on every step), or against a Redis Cluster one cluster client
  * (lib/rcluster.c: a connection per primary), made ready for the designs: connect, then in one
  * round trip AUTH, SELECT and CLIENT SETNAME, in Sentinel mode discovery of the primary and a
- * ROLE check, SCRIPT LOAD of every script, the check of the layout stamp (lib/lua/layout.lua)
+ * ROLE check, SCRIPT LOAD of every script, the check of the layout stamp (lib/guard/lua/layout.lua)
  * that keeps guards with different DONE-marker geometries off one prefix, and a TIME sample of
  * the server's clock. The stamp is refreshed now and then so that it outlives every marker.
  *
@@ -347,7 +347,7 @@ int wxg__guard_conn_load_scripts(wxg__guard_redis_t *rg, char *errstr, size_t er
     return 0;
 }
 
-/* Stamps or checks the compact-marker layout (see lib/lua/layout.lua). */
+/* Stamps or checks the compact-marker layout (see lib/guard/lua/layout.lua). */
 static int check_stamp(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size)
 {
     char ttl[32];
@@ -593,7 +593,8 @@ static int cluster_open(wxg__guard_redis_t *rg, char *errstr, size_t errstr_size
 }
 
 /* The adaptive layout of the current time bucket, read (or stamped) now rather than by the first
- * call: once per time bucket and handle (lib/guard_geom.c). A failure is left for that call. */
+ * call: once per time bucket and handle (lib/guard/guard_geom.c). A failure is left for that call.
+ */
 static void layout_prefetch(wxg__guard_redis_t *rg)
 {
     if (!rg->geom.adaptive)

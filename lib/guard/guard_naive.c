@@ -7,8 +7,8 @@
  * <lease>` (the old value tells DUPLICATE 'D' from BUSY), complete is `SET ... D EX
  * <retention>`, renew is PEXPIRE. There is no batching and no fencing (every fence is 1);
  * plugin_done and fail are not in its operations table, so they fail with WXG_ESTATE. It
- * shares the connection (lib/guard_conn.c) and the admin operations (lib/guard_admin.c) with
- * the Lua design, and nothing else; the admin operations do not see its keys.
+ * shares the connection (lib/guard/guard_conn.c) and the admin operations (lib/guard/guard_admin.c)
+ * with the Lua design, and nothing else; the admin operations do not see its keys.
  *
  * Threads: the handle's thread only; no locks. Failure modes: those of the connection; an error
  * reply to any command is WXG_EREDIS for the whole call, and the messages before it in the

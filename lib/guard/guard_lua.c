@@ -1,24 +1,25 @@
 /*
  * DESIGN: the guard's scripted transitions on layout v4, and the Lua design made of them.
  *
- * Purpose: the per-message state machine of docs/guard.md §1 on Redis as Lua scripts (lib/lua/)
- * that check and change a message's state atomically, for a whole batch of messages per script
- * call: claim, renew, plugin_done, complete, fail. This file builds those batches (the
- * pipelined script-call runner that lib/guard_admin.c uses too), reads the per-message answers,
- * and keeps the near cache in front of claim and behind complete. The Lua design ("lua") runs
- * every transition through these scripts; the native design (lib/guard_native.c, the default)
- * runs the common transitions as native commands and calls the scripts here for the rest.
+ * Purpose: the per-message state machine of docs/guard.md §1 on Redis as Lua scripts
+ * (lib/guard/lua/) that check and change a message's state atomically, for a whole batch of
+ * messages per script call: claim, renew, plugin_done, complete, fail. This file builds those
+ * batches (the pipelined script-call runner that lib/guard/guard_admin.c uses too), reads the
+ * per-message answers, and keeps the near cache in front of claim and behind complete. The Lua
+ * design ("lua") runs every transition through these scripts; the native design
+ * (lib/guard/guard_native.c, the default) runs the common transitions as native commands and calls
+ * the scripts here for the rest.
  *
- * Layout v4 (lib/guard_record.def): a message's state is its field in the DONE bucket of its
+ * Layout v4 (lib/guard/guard_record.def): a message's state is its field in the DONE bucket of its
  * claim -- an in-flight value, a pointer to its record, or its DONE marker -- plus a record
  * after a takeover, a failure or a release, and a hash of sub-markers. Every script declares
  * every key it may touch (the buckets of the message's time window, its record, its sub-marker
  * hash), so that Redis Cluster routes and migrates them correctly (docs/guard.md §2). The time
- * window comes from the handle's estimate of the server's clock (lib/guard_conn.c); a script
+ * window comes from the handle's estimate of the server's clock (lib/guard/guard_conn.c); a script
  * whose window does not cover the server's time refuses the call (WXGSKEW), the clock is sampled
  * again and the call rebuilt once.
  *
- * Threads: the handle's thread only; no locks. The near cache (lib/donecache.c) is shared by
+ * Threads: the handle's thread only; no locks. The near cache (lib/guard/donecache.c) is shared by
  * the handles of a process and locks itself.
  *
  * Failure modes. NOSCRIPT (script cache flushed, restart, failover) reloads the scripts and
@@ -96,8 +97,8 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out)
 {
     long long code, a, b;
     if (r && r->type == REDIS_REPLY_INTEGER) {
-        /* The common answers come as one integer (lib/lua/claim.lua): converting a nested reply
-         * costs Redis more than the claim's own commands. */
+        /* The common answers come as one integer (lib/guard/lua/claim.lua): converting a nested
+         * reply costs Redis more than the claim's own commands. */
         if (r->integer < 0) {
             /* A new record: the answer is its fence, negated. */
             out->outcome = WXG_GUARD_CLAIMED;
@@ -229,7 +230,7 @@ int wxg__guard_batch_window(wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
     b->names = malloc(b->n * (size_t)b->nb * WXG__KEY_MAX);
     if (!b->names)
         return WXG_ENOMEM;
-    /* The layout of each time bucket first (lib/guard_geom.c: it may ask Redis, once per time
+    /* The layout of each time bucket first (lib/guard/guard_geom.c: it may ask Redis, once per time
      * bucket and handle); a script may write into the current one or, near a boundary, the
      * next one, whose layouts must therefore be stamped before it runs. */
     int *sel = calloc((size_t)b->nb, sizeof *sel);
@@ -778,7 +779,7 @@ static void item_arg(wxg__guard_item_t *it, int i, const void *p, size_t len)
     it->len[i] = len;
 }
 
-/* claim (lib/lua/claim.lua) */
+/* claim (lib/guard/lua/claim.lua) */
 
 typedef struct claim_ctx {
     const wxg_guard_msg_t *msgs;
@@ -884,7 +885,7 @@ int wxg__guard_script_claim(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs,
     return rc;
 }
 
-/* complete (lib/lua/complete.lua) */
+/* complete (lib/guard/lua/complete.lua) */
 
 typedef struct ticket_ctx {
     const wxg_guard_ticket_t *t;
@@ -917,7 +918,7 @@ int wxg__guard_script_complete(wxg__guard_redis_t *rg, const wxg_guard_ticket_t 
                              &rg->stats->completed);
 }
 
-/* renew (lib/lua/renew.lua) */
+/* renew (lib/guard/lua/renew.lua) */
 
 static int fill_renew(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
 {
@@ -940,7 +941,7 @@ int wxg__guard_script_renew(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t,
                              &rg->stats->renewed);
 }
 
-/* plugin_done (lib/lua/plugin_done.lua) */
+/* plugin_done (lib/guard/lua/plugin_done.lua) */
 
 static int fill_plugin_done(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i,
                             const void *ctx)
@@ -965,7 +966,7 @@ int wxg__guard_script_plugin_done(wxg__guard_redis_t *rg, const wxg_guard_plugin
                              &rg->stats->plugins_done);
 }
 
-/* fail (lib/lua/fail.lua) */
+/* fail (lib/guard/lua/fail.lua) */
 
 static int fill_fail(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
 {

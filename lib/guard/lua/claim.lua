@@ -4,7 +4,7 @@
 -- ARGV[1..4] NB, TB_HI, bucket width ms, DONE retention ms
 -- ARGV[5..6] lease ms, in-flight TTL ms (a record's life after a takeover)
 -- then 5 per message: the marker field, the new owner token, the payload tag, the idempotency
---   key, and `mine`: the in-flight value this claim already wrote natively (lib/guard_native.c
+--   key, and `mine`: the in-flight value this claim already wrote natively (lib/guard/guard_native.c
 --   sends the claims whose native steps met another state here), or ''
 --
 -- Per message it returns one of
@@ -74,7 +74,7 @@ for i = 1, #KEYS / KPM do
     end
   elseif not is_pointer(v) then
     -- Neither a marker, a spent or in-flight value nor a pointer: a native complete's
-    -- increment on another claim's value, caught before its undo (lib/guard_native.c). Never
+    -- increment on another claim's value, caught before its undo (lib/guard/guard_native.c). Never
     -- acknowledged: retried a moment later.
     res = {3, 50}
   else

@@ -5,27 +5,25 @@
  * one file had grown past what a reader can hold in mind and because it holds more than one
  * design of the same public API:
  *
- *   lib/guard.c           public API: configuration defaults and checks, new/destroy, argument
- *                         checks, dispatch through the design's operations table, counters
- *   lib/guard_native.c    the native design (the default, guard.design = native): claim,
+ *   lib/guard/guard.c           public API: configuration defaults and checks, new/destroy,
+ * argument checks, dispatch through the design's operations table, counters
+ *   lib/guard/guard_native.c    the native design (the default, guard.design = native): claim,
  *                         plugin_done and complete as native commands pipelined per batch; the
  *                         rare paths, renew and fail through guard_lua.c's scripts
- *   lib/guard_lua.c       the scripted transitions (claim, renew, plugin_done, complete, fail,
- *                         each a batch of script calls), the Lua design made of them
- *                         (guard.design = lua), and the guard's side of the near cache of
- *                         DONE messages (lib/donecache.c)
- *   lib/guard_naive.c     the benchmark's naive design (conf.naive)
- *   lib/guard_layout.c    pure parts: key names, fingerprint and marker geometry
- *   lib/guard_geom.c      the adaptive DONE layout: each time bucket's selector bits, stamped in
- *                         Redis under <prefix>g:<time bucket> and cached per handle
- *   lib/guard_conn.c      the Redis connection of the Redis designs: connect, AUTH, SELECT,
+ *   lib/guard/guard_lua.c       the scripted transitions (claim, renew, plugin_done, complete,
+ * fail, each a batch of script calls), the Lua design made of them (guard.design = lua), and the
+ * guard's side of the near cache of DONE messages (lib/guard/donecache.c) lib/guard/guard_naive.c
+ * the benchmark's naive design (conf.naive) lib/guard/guard_layout.c    pure parts: key names,
+ * fingerprint and marker geometry lib/guard/guard_geom.c      the adaptive DONE layout: each time
+ * bucket's selector bits, stamped in Redis under <prefix>g:<time bucket> and cached per handle
+ *   lib/guard/guard_conn.c      the Redis connection of the Redis designs: connect, AUTH, SELECT,
  *                         Sentinel, reconnect with backoff, script loading, layout stamp, the
  *                         server's clock; over lib/rconn.c, or lib/rcluster.c for a cluster
- *   lib/guard_admin.c     inspect, release, rearm, purge, scan and ping over Redis
- *   lib/guard_watchdog.c  the renewal watchdog, over any handle
+ *   lib/guard/guard_admin.c     inspect, release, rearm, purge, scan and ping over Redis
+ *   lib/guard/guard_watchdog.c  the renewal watchdog, over any handle
  *
- * Beside them, lib/guard_record.def (the layout's record fields and constants, from which both
- * the C code and the scripts are built) and the scripts in lib/lua/ (compiled in). The
+ * Beside them, lib/guard/guard_record.def (the layout's record fields and constants, from which
+ * both the C code and the scripts are built) and the scripts in lib/guard/lua/ (compiled in). The
  * connection layer below, lib/rconn.c and lib/rcluster.c, is two modules of their own, which
  * know nothing of the guard.
  *

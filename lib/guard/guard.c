@@ -8,22 +8,22 @@
  * error), the argument checks of every public call, and the dispatch through the handle's
  * operations table (guard_int.h). The designs behind the table:
  *
- *   - the native design (lib/guard_native.c, the default): the common transitions as native
+ *   - the native design (lib/guard/guard_native.c, the default): the common transitions as native
  *     commands on layout v4, pipelined per batch, the rare ones as Lua scripts;
- *   - the Lua design (lib/guard_lua.c, conf.design = WXG_GUARD_DESIGN_LUA): every transition
+ *   - the Lua design (lib/guard/guard_lua.c, conf.design = WXG_GUARD_DESIGN_LUA): every transition
  *     one Lua script handling a batch of messages, on the same layout; the native design's
  *     rare paths are its scripts;
- *   - the naive design (lib/guard_naive.c, conf.naive, benchmark only): one plain command per
+ *   - the naive design (lib/guard/guard_naive.c, conf.naive, benchmark only): one plain command per
  *     message and step, so that benchmarks can run the real consumer on the design the Lua one
  *     replaces;
  *   - in the unit tests, an in-memory fake (tests/support/fakeguard.c).
- * The Redis designs connect through lib/guard_conn.c (over lib/rconn.c, or lib/rcluster.c for a
- * Redis Cluster) and share the admin operations of lib/guard_admin.c; the native and the Lua
- * design share layout v4 (lib/guard_layout.c, and lib/guard_geom.c for each time bucket's
- * layout). guard_int.h lists every file of the module.
+ * The Redis designs connect through lib/guard/guard_conn.c (over lib/rconn.c, or lib/rcluster.c for
+ * a Redis Cluster) and share the admin operations of lib/guard/guard_admin.c; the native and the
+ * Lua design share layout v4 (lib/guard/guard_layout.c, and lib/guard/guard_geom.c for each time
+ * bucket's layout). guard_int.h lists every file of the module.
  *
  * Threads: a wxg_guard_t is used by one thread at a time and has no lock; so are its counters
- * and its last error. The watchdog (lib/guard_watchdog.c) has its own handle and thread.
+ * and its last error. The watchdog (lib/guard/guard_watchdog.c) has its own handle and thread.
  *
  * Failure modes: a call with bad arguments fails here with WXG_EINVAL before a design sees it;
  * an operation a design does not have fails with WXG_ESTATE. A claim that fails leaves every

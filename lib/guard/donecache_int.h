@@ -1,5 +1,5 @@
 /*
- * Internal to libwxguard: the near cache of DONE messages (lib/donecache.c), a fixed-size,
+ * Internal to libwxguard: the near cache of DONE messages (lib/guard/donecache.c), a fixed-size,
  * process-local memory of the messages this process itself completed, so that a duplicate
  * delivery of one of them is answered DUPLICATE without a Redis call (docs/guard.md §10). The
  * consumer makes it and the guard's Lua design reads and fills it; no program uses it, so it is

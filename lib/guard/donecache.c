@@ -1,5 +1,5 @@
 /*
- * DESIGN: the near cache of DONE messages (lib/donecache_int.h).
+ * DESIGN: the near cache of DONE messages (lib/guard/donecache_int.h).
  *
  * Purpose: let a guard answer DUPLICATE for a message this process completed itself without
  * spending Redis CPU, the resource every replica shares. It is an optimisation only: a miss

@@ -1,8 +1,8 @@
--- Shared by every script: lib/lua/embed.cmake puts this file in front of each of them, after
--- the layout's constants generated from lib/guard_record.def (F_* record field positions, N_*
+-- Shared by every script: lib/guard/lua/embed.cmake puts this file in front of each of them, after
+-- the layout's constants generated from lib/guard/guard_record.def (F_* record field positions, N_*
 -- admin names, OWNER_LEN, FENCE_DIGITS, LEASE_DIGITS, INFLIGHT_LEN).
 --
--- Layout v4 (lib/guard_record.def, docs/guard.md §2): a message's state is its field in the
+-- Layout v4 (lib/guard/guard_record.def, docs/guard.md §2): a message's state is its field in the
 -- DONE bucket of its claim (a DONE tag, an in-flight value 'I<owner><fence><lease>', or 'R'
 -- for "see the record"), its record string (written by scripts only) and its sub-marker hash.
 --
@@ -60,7 +60,7 @@ local function rec_new(st, owner, fence, tag, attempt, exp, lease, claimed, key)
 end
 
 -- In-flight values: the fence and OWNER_DIGITS digits of the owner token, written as one
--- integer (lib/guard_record.def). The fence of an in-flight value is the end of its lease, in
+-- integer (lib/guard/guard_record.def). The fence of an in-flight value is the end of its lease, in
 -- server µs: a reader needs nobody's configuration to tell a live lease from an expired one.
 local function owner_digits(owner)
   return string.format('%0' .. OWNER_DIGITS .. 'd', tonumber(string.sub(owner, 1, 3), 16) % 1000)
@@ -68,7 +68,7 @@ end
 
 -- The owner token of an in-flight value: derived from its fence (the first OWNER_LEN hex digits
 -- of the SHA-1 of the fence in decimal), so that the value names its owner in full to any
--- reader (inspect) although it holds only OWNER_DIGITS digits of it. lib/guard_native.c
+-- reader (inspect) although it holds only OWNER_DIGITS digits of it. lib/guard/guard_native.c
 -- derives it the same way.
 local function inf_owner_of(fence_s)
   return string.sub(redis.sha1hex(fence_s), 1, OWNER_LEN)
@@ -88,7 +88,7 @@ local function is_pointer(v)
 end
 
 -- A spent value: a negative integer below every marker, which only a native complete's
--- increments leave (lib/guard_record.def). The message was completed; its tag is unknown.
+-- increments leave (lib/guard/guard_record.def). The message was completed; its tag is unknown.
 local function is_spent(v)
   return #v > 6 and string.find(v, '^%-%d+$') ~= nil
 end

@@ -1,10 +1,10 @@
 /*
- * What the guard's Redis designs (lib/guard_native.c, lib/guard_lua.c, lib/guard_naive.c) share:
- * the design state with its connection (lib/guard_conn.c), the key layout (lib/guard_layout.c)
- * and each time bucket's layout (lib/guard_geom.c), the pipelined script-call runner, the script
- * transitions and the near cache (lib/guard_lua.c), and the admin operations
- * (lib/guard_admin.c). guard_int.h lists the module's files and says why it has two internal
- * headers.
+ * What the guard's Redis designs (lib/guard/guard_native.c, lib/guard/guard_lua.c,
+ * lib/guard/guard_naive.c) share: the design state with its connection (lib/guard/guard_conn.c),
+ * the key layout (lib/guard/guard_layout.c) and each time bucket's layout (lib/guard/guard_geom.c),
+ * the pipelined script-call runner, the script transitions and the near cache
+ * (lib/guard/guard_lua.c), and the admin operations (lib/guard/guard_admin.c). guard_int.h lists
+ * the module's files and says why it has two internal headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
  */
@@ -21,7 +21,7 @@
 #include "rconn_int.h"
 #include "wxguard/guard.h"
 
-/* ---- Key layout (lib/guard_layout.c): pure, no Redis ---- */
+/* ---- Key layout (lib/guard/guard_layout.c): pure, no Redis ---- */
 
 /* The false-duplicate requirement: below WXG__FALSE_DUP_P over a retention window holding at
  * least WXG__FALSE_DUP_MARKERS markers (more when the configured rate implies more). */
@@ -35,8 +35,8 @@
 #define WXG__FIELD_BYTES_MAX   16
 #define WXG__KEY_MAX           (WXG_GUARD_PREFIX_MAX + 64)
 /* The version of the key layout (record shape + marker geometry) in the layout stamp. v2: the
- * in-flight record is one string (lib/guard_record.def) instead of a hash. v3: that string also
- * carries the idempotency key and the rearm time (for the admin tool). v4: a message's state
+ * in-flight record is one string (lib/guard/guard_record.def) instead of a hash. v3: that string
+ * also carries the idempotency key and the rearm time (for the admin tool). v4: a message's state
  * is its field in the DONE bucket of its claim (an in-flight value, a pointer to its record, or
  * its DONE marker), so that the common transitions are native commands on one hash; records
  * only after a takeover, a failure or a release; sub-markers in a hash of their own. */
@@ -117,9 +117,9 @@ int wxg__guard_keys_build(const char *prefix, const wxg__guard_geom_t *g,
                           const unsigned char fp[32], wxg__guard_keys_t *out);
 
 /* The owner token of an in-flight value with this fence: the first WXG_GUARD_OWNER_LEN hex digits
- * of the SHA-1 of the fence in decimal (lib/lua/_record.lua's inf_owner_of), so that the value,
- * which keeps only WXG__REC_OWNER_DIGITS digits of it, names its owner to any reader.
- * 0 or WXG_ENOMEM. */
+ * of the SHA-1 of the fence in decimal (lib/guard/lua/_record.lua's inf_owner_of), so that the
+ * value, which keeps only WXG__REC_OWNER_DIGITS digits of it, names its owner to any reader. 0 or
+ * WXG_ENOMEM. */
 int wxg__guard_inflight_owner(uint64_t fence, char out[WXG_GUARD_OWNER_LEN + 1]);
 
 /* wxg__guard_payload_tag (guard_int.h) is a marker's value: Redis keeps it as a 2-byte integer
@@ -128,7 +128,7 @@ int wxg__guard_inflight_owner(uint64_t fence, char out[WXG_GUARD_OWNER_LEN + 1])
 /* 1 when `prefix` is usable ([A-Za-z0-9:_.-], 1..WXG_GUARD_PREFIX_MAX bytes), else 0. */
 int wxg__guard_prefix_valid(const char *prefix);
 
-/* ---- The in-flight record (lib/guard_record.def, shared with the Lua scripts) ---- */
+/* ---- The in-flight record (lib/guard/guard_record.def, shared with the Lua scripts) ---- */
 
 /* The record's '|'-separated fields, 0-based (Lua's F_* are these + 1). */
 enum wxg__guard_rec_field {
@@ -151,7 +151,7 @@ enum wxg__guard_rec_const {
     WXG__REC_CONST_END
 };
 
-/* ---- The Lua scripts (lib/lua/, compiled in by lib/lua/embed.cmake) ---- */
+/* ---- The Lua scripts (lib/guard/lua/, compiled in by lib/guard/lua/embed.cmake) ---- */
 
 extern const char wxg__lua_claim[];
 extern const char wxg__lua_renew[];
@@ -181,7 +181,7 @@ enum wxg__guard_script {
     WXG__S_COUNT
 };
 
-/* ---- The Redis designs' state and connection (lib/guard_conn.c) ---- */
+/* ---- The Redis designs' state and connection (lib/guard/guard_conn.c) ---- */
 
 /* One Sentinel of conf.sentinels. */
 typedef struct wxg__guard_sentinel {
@@ -226,7 +226,7 @@ typedef struct wxg__guard_redis {
     char sha[WXG__S_COUNT][41];
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
-    /* The selector bits of recent time buckets (adaptive layout, lib/guard_geom.c); sel 0:
+    /* The selector bits of recent time buckets (adaptive layout, lib/guard/guard_geom.c); sel 0:
      * an empty slot; negative: a time bucket that ended without a stamp. */
     struct {
         int64_t tb;
@@ -297,7 +297,7 @@ typedef struct wxg__guard_cmd {
 int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmds, size_t n,
                              int extra_ms, redisReply **replies, size_t *got);
 
-/* ---- The layout of each time bucket (lib/guard_geom.c) ---- */
+/* ---- The layout of each time bucket (lib/guard/guard_geom.c) ---- */
 
 /* The selector bits of time bucket tb: the pinned ones, or (adaptive layout) its stamp in Redis,
  * which `create` makes when there is none (from the markers of the time bucket before); without
@@ -334,11 +334,11 @@ int wxg__guard_refusal_code(const redisReply *r);
  * counts a demotion and drops the connection, so that the next call connects again. */
 void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
 
-/* ---- Pipelined script calls (lib/guard_lua.c) ----
+/* ---- Pipelined script calls (lib/guard/guard_lua.c) ----
  *
  * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
  * chunks of an API call pipelined in one round trip. A transition or one-message admin script
- * declares every key of every message (lib/lua/_record.lua): the NB DONE buckets of its time
+ * declares every key of every message (lib/guard/lua/_record.lua): the NB DONE buckets of its time
  * window, newest first, then the record and the sub-marker hash; its first four arguments are
  * NB, TB_HI, the bucket width and the retention (wxg__guard_batch_window). */
 
@@ -429,7 +429,7 @@ int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writ
 /* The reply element of the j-th message of chunk c. */
 const redisReply *wxg__guard_batch_elem(const wxg__guard_batch_t *b, size_t c, size_t j);
 
-/* ---- Script transitions (lib/guard_lua.c) ----
+/* ---- Script transitions (lib/guard/guard_lua.c) ----
  *
  * Every transition as a script call per chunk, for the Lua design and for the native design's
  * rare paths. Arguments are checked as wxg__guard_ops_t says; results and counting as the
@@ -452,7 +452,7 @@ int wxg__guard_script_plugin_done(wxg__guard_redis_t *rg, const wxg_guard_plugin
 int wxg__guard_script_fail(wxg__guard_redis_t *rg, const wxg_guard_failure_t *items, size_t n,
                            int *results);
 
-/* ---- The near cache in front of claim and behind complete (lib/guard_lua.c) ---- */
+/* ---- The near cache in front of claim and behind complete (lib/guard/guard_lua.c) ---- */
 
 /* A design's Redis path of a claim: fps holds the keys' fingerprints when the near cache
  * computed them, else NULL; on failure out[] is cleared. */
@@ -480,7 +480,7 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out);
  * wxg_guard_result_t. Returns 0 or WXG_EREDIS. */
 int wxg__guard_parse_result(const redisReply *r, int *result);
 
-/* ---- The admin operations and ping of the Redis designs (lib/guard_admin.c) ----
+/* ---- The admin operations and ping of the Redis designs (lib/guard/guard_admin.c) ----
  *
  * Operations tables point at these; their arguments are checked as wxg__guard_ops_t says. They
  * read and write layout v4, the native and the Lua design's, whichever design the handle has. */
