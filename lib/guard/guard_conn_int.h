@@ -227,11 +227,13 @@ typedef struct wxg__guard_redis {
     wxg__rbackoff_t backoff;
     int64_t stamp_checked_ms;
     /* The selector bits of recent time buckets (adaptive layout, lib/guard/guard_geom.c); sel 0:
-     * an empty slot; negative: a time bucket that ended without a stamp. */
+     * an empty slot; negative: a time bucket that ended without a stamp. Valid only for the
+     * connections they were read over (gcache_epoch, see wxg__guard_sel). */
     struct {
         int64_t tb;
         int sel;
     } gcache[WXG__GEOM_CACHE];
+    uint64_t gcache_epoch;
     /* A design's own state beside this one (the native design's), freed by its destroy. */
     void *design_state;
     /* The server's clock, sampled with TIME (wxg__guard_clock_sample): its time in µs, and this
@@ -304,6 +306,11 @@ int wxg__guard_conn_pipeline(wxg__guard_redis_t *rg, const wxg__guard_cmd_t *cmd
  * `create` a time bucket without a stamp holds nothing and any selector bits do. May talk to
  * Redis (once per time bucket and handle). 0 or an error code, with the last error set. */
 int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel);
+
+/* What the remembered selector bits are valid for: a number that changes with every new
+ * connection (single server, Sentinel), and in a cluster with every slot map read and every
+ * node connection lost. Bits remembered under another number are read again. */
+uint64_t wxg__guard_conn_epoch(const wxg__guard_redis_t *rg);
 
 /* Samples the server's clock with TIME on the live connection. 0 or an error code. */
 int wxg__guard_clock_sample(wxg__guard_redis_t *rg);
@@ -385,6 +392,9 @@ typedef struct wxg__guard_batch {
     int nb;
     int64_t tb_hi;
     char *names; /* the bucket names, WXG__KEY_MAX bytes each, message i's j-th at i * nb + j */
+    /* The connections the names were laid out over (wxg__guard_conn_epoch); a batch run over
+     * others is refused before anything is sent, since their stamps may differ. */
+    uint64_t epoch;
 } wxg__guard_batch_t;
 
 /* A batch of n messages for `script`, nargs arguments per message. 0 or WXG_ENOMEM. Free with

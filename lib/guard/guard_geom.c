@@ -23,6 +23,17 @@
  * starts (a step near a boundary needs the next one's names), from a time bucket then all but
  * complete.
  *
+ * A stamp lives in Redis, so a Redis that lost it (restarted empty, failed over to a replica
+ * that had not received it, restored from an older snapshot) may be stamped again with other
+ * bits by the next handle that needs it. A handle that went on with the bits it remembered would
+ * then look for a message in another field than that handle: two live owners, duplicates
+ * missed. Every such loss of data ends the connections it happened behind, so the cache holds
+ * only for the connections its entries were read over: a new connection (a new node connection,
+ * or a new slot map, in a cluster) forgets every entry, and the next call reads the stamps anew
+ * (SET NX GET: the first stamp after the loss is the one every handle then reads). A FLUSHALL of
+ * a live server drops data without dropping connections: it is outside what the guard survives
+ * (docs/guard.md §4); restart the consumers after one.
+ *
  * Threads: the handle's thread; the cache is the handle's. Failure modes: those of the
  * connection; a stamp that cannot be read or written fails the call that needed it (retriable).
  */
@@ -206,11 +217,27 @@ static int stamp_write(wxg__guard_redis_t *rg, int64_t tb, int want, int *sel)
     return rc < 0 ? rc : 0;
 }
 
+uint64_t wxg__guard_conn_epoch(const wxg__guard_redis_t *rg)
+{
+    uint64_t e = rg->stats->connects;
+    if (rg->cluster != NULL) {
+        wxg__rcluster_stats_t cs;
+        wxg__rcluster_get_stats(rg->cluster, &cs);
+        e += cs.refreshes + cs.node_errors;
+    }
+    return e;
+}
+
 int wxg__guard_sel(wxg__guard_redis_t *rg, int64_t tb, int create, int *sel)
 {
     if (!rg->geom.adaptive) {
         *sel = rg->geom.selector_bits;
         return 0;
+    }
+    uint64_t epoch = wxg__guard_conn_epoch(rg);
+    if (epoch != rg->gcache_epoch) {
+        memset(rg->gcache, 0, sizeof rg->gcache);
+        rg->gcache_epoch = epoch;
     }
     int stamped = 0;
     if (cache_get(rg, tb, sel, &stamped))

@@ -235,6 +235,11 @@ int wxg__guard_batch_window(wxg__guard_redis_t *rg, wxg__guard_batch_t *b)
      * next one, whose layouts must therefore be stamped before it runs. */
     int *sel = calloc((size_t)b->nb, sizeof *sel);
     int rc = sel ? 0 : WXG_ENOMEM;
+    /* Over the connection the script will run on: a reconnect after the layout was read could
+     * meet a Redis that lost its stamps (lib/guard/guard_geom.c). */
+    if (rc == 0)
+        rc = wxg__guard_conn_ensure(rg);
+    b->epoch = wxg__guard_conn_epoch(rg);
     for (int j = 0; j < b->nb && rc == 0; j++)
         rc = wxg__guard_sel(rg, hi - j, hi - j >= cur, &sel[j]);
     for (size_t i = 0; i < b->n && rc == 0; i++) {
@@ -490,6 +495,13 @@ int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writ
     int rc = wxg__guard_conn_ensure(rg);
     if (rc)
         goto out;
+    if (b->nb > 0 && rg->geom.adaptive && wxg__guard_conn_epoch(rg) != b->epoch) {
+        /* Laid out over connections that are gone: nothing was sent, so retrying is safe. */
+        rc = WXG_ECONN;
+        wxg__guard_set_error(rg->handle,
+                             "the connection to Redis changed while the call was prepared; retry");
+        goto out;
+    }
     int with_wait = writes && rg->conf.wait_replicas > 0;
     for (int round = 0; round < 2; round++) {
         long long acks = 0;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "guardtest.h"
@@ -102,6 +103,72 @@ static void restart_empty_mid_run_refuses_the_lost_done_and_recovers(void **stat
     assert_int_equal(x.outcome, WXG_GUARD_DUPLICATE);
     wxg_guard_claim_clear(&c0);
     wxg_guard_claim_clear(&c1);
+}
+
+/* The wall clock in ms (the guard's time buckets follow the server's clock: the same machine's). */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Finding: a handle cached a time bucket's selector bits and never looked again, so after Redis
+ * restarted empty a handle started afterwards stamped other bits, and the two looked for one
+ * message in different fields: both claimed it. The first handle's time bucket is sized from a
+ * (pre-stamped, empty) time bucket before it, the second's, after the restart, from nothing: two
+ * different sizes, as a real restart between busy time buckets gives. */
+static void selector_bits_remembered_from_before_a_restart_are_not_trusted_after_it(void **state)
+{
+    fixture *f = *state;
+    wxg_guard_conf_t c = f->conf;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%sbits:", f->prefix); /* a layout of its own */
+    c.prefix = prefix;
+    c.shard_bits = 1;
+    c.done_bucket_ms = 20000;
+    c.done_retention_ms = 60000;
+    c.failed_retention_ms = 60000;
+    /* Stay clear of a time bucket's boundary for the few seconds the test needs. */
+    int64_t width = c.done_bucket_ms, now = wall_ms();
+    while (now % width < 1000 || now % width > width - 8000) {
+        usleep(200000);
+        now = wall_ms();
+    }
+    int64_t tb = now / width;
+    redisContext *rc0 = gt_redis("127.0.0.1", f->redis.port, NULL);
+    char stamp[128];
+    snprintf(stamp, sizeof stamp, "%sg:%lld", prefix, (long long)(tb - 1));
+    const char *set[] = {"SET", stamp, "1"};
+    freeReplyObject(gt_cmd(rc0, 3, set));
+    redisFree(rc0);
+
+    wxg_guard_t *a = gt_open(&c);
+    const char *m1 = "bot:n:1", *m2 = "bot:n:2";
+    wxg_guard_claim_t x, y;
+    assert_int_equal(wxg_guard_claim(a, m1, strlen(m1), NULL, &x), 0);
+    assert_int_equal(x.outcome, WXG_GUARD_CLAIMED);
+    wxg_guard_claim_clear(&x);
+
+    assert_int_equal(wxg_test_redis_restart(&f->redis), 0);
+    wxg_guard_t *b = gt_open(&c);
+    assert_int_equal(wxg_guard_claim(b, m2, strlen(m2), NULL, &y), 0);
+    assert_int_equal(y.outcome, WXG_GUARD_CLAIMED);
+
+    int rc, fails = 0;
+    RETRY(rc, fails, wxg_guard_claim(a, m2, strlen(m2), NULL, &x));
+    assert_int_equal(rc, 0);
+    if (x.outcome == WXG_GUARD_CLAIMED)
+        fail_msg("two live owners of %s: the handle from before the restart claimed it too", m2);
+    assert_int_equal(x.outcome, WXG_GUARD_BUSY);
+    wxg_guard_claim_clear(&x);
+    assert_int_equal(wxg_guard_complete(b, &y.ticket, NULL), 0);
+    RETRY(rc, fails, wxg_guard_claim(a, m2, strlen(m2), NULL, &x));
+    assert_int_equal(x.outcome, WXG_GUARD_DUPLICATE);
+    wxg_guard_claim_clear(&x);
+    wxg_guard_claim_clear(&y);
+    wxg_guard_destroy(a);
+    wxg_guard_destroy(b);
 }
 
 static void
@@ -1075,6 +1142,9 @@ static void a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothi
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(
+            selector_bits_remembered_from_before_a_restart_are_not_trusted_after_it, setup,
+            teardown),
         cmocka_unit_test_setup_teardown(restart_empty_mid_run_refuses_the_lost_done_and_recovers,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
