@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "guardtest.h"
 #include "testenv.h"
@@ -370,6 +371,35 @@ static void large_batches_split_into_pipelined_script_calls(void **state)
     wxg_guard_destroy(g);
 }
 
+/* Finding: a FAILED record that expired before its pointer (a FAILED retention shorter than the
+ * lease, which the limits allow) was claimed again with the server's time as its fence, below
+ * the first claim's fence (the end of its lease). Fences must rise with every claim. */
+static void a_claim_after_a_failed_record_expired_gets_a_higher_fence(void **state)
+{
+    fixture *f = *state;
+    wxg_guard_conf_t c = f->conf;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%sfence:", f->prefix);
+    c.prefix = prefix;
+    c.lease_ms = 10000;
+    c.failed_retention_ms = 200;
+    wxg_guard_t *g = gt_open(&c);
+    const char *key = "bot:n:77";
+    wxg_guard_claim_t a, b;
+    assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &a), 0);
+    assert_int_equal(a.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_fail(g, &a.ticket, "boom", 1), 0);
+    usleep(500000); /* the FAILED record expires; its pointer in the bucket stays */
+    assert_int_equal(wxg_guard_claim(g, key, strlen(key), NULL, &b), 0);
+    assert_int_equal(b.outcome, WXG_GUARD_CLAIMED);
+    if (b.ticket.fence <= a.ticket.fence)
+        fail_msg("fence went backwards: %llu after %llu", (unsigned long long)b.ticket.fence,
+                 (unsigned long long)a.ticket.fence);
+    wxg_guard_claim_clear(&a);
+    wxg_guard_claim_clear(&b);
+    wxg_guard_destroy(g);
+}
+
 static void invalid_arguments_are_refused_before_reaching_redis(void **state)
 {
     fixture *f = *state;
@@ -421,6 +451,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(invalid_arguments_are_refused_before_reaching_redis, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_claim_after_a_failed_record_expired_gets_a_higher_fence,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

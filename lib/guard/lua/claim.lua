@@ -89,8 +89,11 @@ for i = 1, #KEYS / KPM do
       res = {3, until_ - now}
     else
       -- FAILED, released, an expired lease, or a record that expired before its pointer: the
-      -- fence and attempt continue from the record, the last failure and the key stay.
-      local fence = now_us
+      -- fence and attempt continue from the record, the last failure and the key stay. Without
+      -- the record (a FAILED retention shorter than the lease lets it expire first), the fence is
+      -- the end of the new lease, as a new message's: every earlier fence of the message is at
+      -- most the end of an earlier lease, so it is still the highest.
+      local fence = now_us + lease * 1000
       local attempt = 1
       if f then
         fence = math.max((tonumber(f[F_FENCE]) or 0) + 1, now_us)
