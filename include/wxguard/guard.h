@@ -422,6 +422,9 @@ typedef struct wxg_guard_stats {
      * maps read, and node connections that failed or could not be made. */
     uint64_t cluster_moved, cluster_ask, cluster_tryagain, cluster_clusterdown;
     uint64_t cluster_refreshes, cluster_node_errors;
+    /* Native claims whose commands may have run after the time bucket they were sized for had
+     * ended (a stall past the clock margin): refused with WXG_ETIMEDOUT, never CLAIMED. */
+    uint64_t late_claims;
 } wxg_guard_stats_t;
 
 WXG_EXPORT void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out);

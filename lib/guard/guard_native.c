@@ -504,6 +504,7 @@ static int native_claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msg
         return rc;
     }
     int64_t now_us = wxg__guard_clock_us(rg), now_ms = now_us / 1000;
+    int64_t mono0_us = wxg__mono_us();
     int64_t tb = safe_bucket(rg, now_ms);
     if (tb < 0)
         return wxg__guard_script_claim(rg, msgs, n, out, fps, NULL, NULL);
@@ -537,6 +538,22 @@ static int native_claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msg
         claim_tickets(rg, c, n, msgs, out, fence, tb);
     if (rc == 0)
         rc = claim_by_script(rg, c, n, msgs, out);
+    /* The claim was sized for time bucket tb: it wrote there and probed only older ones. If its
+     * commands may have run after tb ended (the estimate is never behind the server's clock, so
+     * the server's time then was at most the estimate plus the time since), a claim made after
+     * the boundary may have written into the new time bucket, having read tb as empty: both
+     * would be CLAIMED. Such a result is not trusted: nothing is handed out, the call fails
+     * retriably, and the values this claim wrote end with their leases (no effect ran under
+     * them; a retry probes both time buckets). */
+    if (rc == 0 && now_ms + (wxg__mono_us() - mono0_us) / 1000 >= (tb + 1) * width) {
+        rc = WXG_ETIMEDOUT;
+        rg->stats->late_claims++;
+        wxg__guard_set_error(rg->handle,
+                             "a claim reached Redis after the time bucket it was sized for had "
+                             "ended (%lld ms after it was prepared); retry",
+                             (long long)((wxg__mono_us() - mono0_us) / 1000));
+        wxg__guard_count_error(rg->stats, rc);
+    }
     if (rc) {
         for (size_t i = 0; i < n; i++)
             wxg_guard_claim_clear(&out[i]);

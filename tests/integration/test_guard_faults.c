@@ -769,6 +769,7 @@ typedef struct proxy {
     pthread_t th;
     pthread_mutex_t mu; /* guards the members below */
     int stop, cut, cuts;
+    int delay_ms; /* > 0: every chunk from a client is held this long before it goes on */
     size_t req_total, req_sent, rep_total, rep_sent; /* of the last cut */
     char *buf, *rep;
 } proxy;
@@ -872,6 +873,9 @@ static void proxy_forward(proxy *p, int i, int from_client)
     int from = from_client ? p->client[i] : p->server[i];
     int to = from_client ? p->server[i] : p->client[i];
     ssize_t n = recv(from, chunk, sizeof chunk, 0);
+    int delay = from_client ? proxy_get(p, &p->delay_ms) : 0;
+    if (n > 0 && delay > 0)
+        usleep((useconds_t)delay * 1000); /* a late command: a stalled network or client */
     if (n <= 0 || wxg_test_send_all(to, chunk, (size_t)n) != 0)
         pair_close(p, i);
 }
@@ -1075,6 +1079,91 @@ static void a_complete_batch_whose_replies_are_cut_is_done_and_a_retry_says_so(v
 /* A claim batch cut in the middle of its commands: the call fails with every result cleared;
  * a fresh claim finds the claims that ran BUSY under their lost lease and claims the others;
  * once the lost leases end, those are claimed too, and every message completes exactly once. */
+typedef struct late_claim {
+    wxg_guard_t *g;
+    const char *key;
+    wxg_guard_claim_t out;
+    int rc;
+} late_claim;
+
+static void *late_claim_main(void *arg)
+{
+    late_claim *l = arg;
+    l->rc = wxg_guard_claim(l->g, l->key, strlen(l->key), NULL, &l->out);
+    return NULL;
+}
+
+/* Finding: a native claim sized for one time bucket whose commands reach Redis after that time
+ * bucket ended (a stalled network, a paused client; here a proxy holds them 4 s, within a
+ * 10 s command timeout) wrote into the old time bucket and probed only older ones, while a
+ * claim made after the boundary had written into the new one: both answered CLAIMED. The late
+ * claim must not be CLAIMED. */
+static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claimed(void **state)
+{
+    fixture *f = *state;
+    proxy p;
+    proxy_start(&p, f->redis.port);
+    wxg_guard_conf_t c = f->conf;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%slate:", f->prefix);
+    c.prefix = prefix;
+    c.done_bucket_ms = 10000;
+    c.done_retention_ms = 30000;
+    c.failed_retention_ms = 30000;
+    c.command_timeout_ms = 10000;
+    c.connect_timeout_ms = 3000;
+    c.lease_ms = 60000; /* outlives every delay below: the owner's complete must still hold */
+    wxg_guard_conf_t cp = c;
+    cp.port = p.port;
+    wxg_guard_t *late = gt_open(&cp), *direct = gt_open(&c);
+    /* Start 2.8 s before a boundary: outside the 2 s margin, so the native claim is sized for
+     * the time bucket that is about to end. */
+    int64_t width = c.done_bucket_ms, now = wall_ms();
+    while (now % width < width - 2900 || now % width > width - 2700) {
+        usleep(20000);
+        now = wall_ms();
+    }
+    int64_t boundary = (now / width + 1) * width;
+    proxy_arm(&p, CUT_NONE);
+    pthread_mutex_lock(&p.mu);
+    p.delay_ms = 4000;
+    pthread_mutex_unlock(&p.mu);
+    late_claim l = {.g = late, .key = "bot:n:late"};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_claim_main, &l), 0);
+    while (wall_ms() < boundary + 200)
+        usleep(10000);
+    wxg_guard_claim_t d;
+    assert_int_equal(wxg_guard_claim(direct, l.key, strlen(l.key), NULL, &d), 0);
+    assert_int_equal(d.outcome, WXG_GUARD_CLAIMED);
+    /* Only the late claim's first commands are held: whatever it sends next goes straight on. */
+    pthread_mutex_lock(&p.mu);
+    p.delay_ms = 0;
+    pthread_mutex_unlock(&p.mu);
+    pthread_join(th, NULL);
+    if (l.rc == 0 && l.out.outcome == WXG_GUARD_CLAIMED)
+        fail_msg("two live owners: the claim that reached Redis about a second after the "
+                 "boundary was CLAIMED too");
+    if (l.rc != 0) {
+        assert_true(gt_retriable(l.rc));
+        print_message("the late claim: %s\n", wxg_guard_last_error(late));
+    } else {
+        assert_int_equal(l.out.outcome, WXG_GUARD_BUSY);
+    }
+    /* The owner after the boundary finishes; the late handle then sees a duplicate. */
+    assert_int_equal(wxg_guard_complete(direct, &d.ticket, NULL), 0);
+    wxg_guard_claim_t x;
+    int rc, fails = 0;
+    RETRY(rc, fails, wxg_guard_claim(late, l.key, strlen(l.key), NULL, &x));
+    assert_int_equal(x.outcome, WXG_GUARD_DUPLICATE);
+    wxg_guard_claim_clear(&x);
+    wxg_guard_claim_clear(&d);
+    wxg_guard_claim_clear(&l.out);
+    wxg_guard_destroy(late);
+    wxg_guard_destroy(direct);
+    proxy_stop(&p);
+}
+
 static void a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothing(void **state)
 {
     fixture *f = *state;
@@ -1184,6 +1273,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothing, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claimed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
