@@ -295,7 +295,9 @@ static const wxg_conf_keydef_t keys[] = {
      .programs = C_,
      .flags = WXG_CONF_REQUIRED,
      .desc = "The plugin chain, in order: built-in names (record, noop, fail) or other registered "
-             "plugins. Required, so that no message is marked done by an empty chain.",
+             "plugins, and absolute paths of external plugins (file and directory owned by root "
+             "or the service user and not writable by group or others, docs/plugins.md). "
+             "Required, so that no message is marked done by an empty chain.",
      .check = NULL},
     KSTR("plugin.record.path", "", 0, 4096, C_, 0,
          "File the record plugin appends one JSON line per effect to; required when record is in "
