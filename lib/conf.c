@@ -1541,7 +1541,8 @@ static int read_secret_file(const char *key, const char *path, const char *origi
     size_t len = 0, cap = VALUE_MAX + 3; /* room to see that a value is too long */
     char *buf = NULL;
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO named by mistake must not hang the start; it is refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         wxg__errf(errstr, errstr_size, "%s: cannot read the secret file %s: %s (%s)", key, path,
                   strerror(errno), origin);

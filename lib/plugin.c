@@ -189,8 +189,9 @@ static int open_trusted(const char *path, int *fd_out, char *errstr, size_t errs
     }
     if ((rc = check_trusted(&st, path, "directory", dir, errstr, errstr_size)) != 0)
         goto out;
-    /* O_NOFOLLOW: a symbolic link would point outside the directory just checked. */
-    fd = openat(dfd, slash + 1, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NOFOLLOW: a symbolic link would point outside the directory just checked. O_NONBLOCK:
+     * a FIFO must not hang the start (it is refused as not a regular file). */
+    fd = openat(dfd, slash + 1, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         int err = errno;
         wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': %s", path,
