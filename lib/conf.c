@@ -19,16 +19,26 @@
  * Failure modes: allocation failure returns WXG_ENOMEM and leaves the object usable (the value
  * being set is simply not stored). Secret values are wiped (explicit_bzero) whenever a copy is
  * replaced or freed, and their text never reaches an error message or a warning.
+ *
+ * Secrets from files: a secret key may name a file that holds its value (WXG_<KEY>__FILE in the
+ * environment, <key>@file in a properties file or --set), the way Kubernetes and Docker mount
+ * secrets. The value read counts as coming from the source that named the file, so precedence
+ * does not change. Only secret keys may be given so: a non-secret key has no reason to hide,
+ * and refusing it keeps the rule from shadowing keys whose own name ends in "file"
+ * (redis.tls.key.file, whose variable is WXG_REDIS_TLS_KEY_FILE).
  */
 #include "wxguard/conf.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -285,7 +295,9 @@ static const wxg_conf_keydef_t keys[] = {
      .programs = C_,
      .flags = WXG_CONF_REQUIRED,
      .desc = "The plugin chain, in order: built-in names (record, noop, fail) or other registered "
-             "plugins. Required, so that no message is marked done by an empty chain.",
+             "plugins, and absolute paths of external plugins (file and directory owned by root "
+             "or the service user and not writable by group or others, docs/plugins.md). "
+             "Required, so that no message is marked done by an empty chain.",
      .check = NULL},
     KSTR("plugin.record.path", "", 0, 4096, C_, 0,
          "File the record plugin appends one JSON line per effect to; required when record is in "
@@ -426,9 +438,11 @@ enum { RANK_DEFAULT = 0, RANK_FILE, RANK_ENV, RANK_CLI };
 typedef struct entry {
     char *key;    /* full key */
     char *value;  /* as written, trimmed */
-    char *origin; /* "default", "file x:3", "env WXG_X", "--set" */
+    char *origin; /* "default", "file x:3", "env WXG_X", "--set", + " (/path)" when read from a
+                     secret file */
     int rank;
-    int srcid; /* which load call set it (duplicates inside one file are refused) */
+    int via_file; /* the value was read from a secret file named by its source */
+    int srcid;    /* which load call set it (duplicates inside one file are refused) */
     int secret;
     const wxg_conf_keydef_t *def; /* NULL for kafka.* / plugin.* pass-through keys */
     int64_t num;                  /* INT, DURATION, SIZE, BOOL */
@@ -1305,8 +1319,9 @@ static int kafka_validate(wxg_conf_t *conf, const char *key, const char *value, 
 
 /* A value on its way into the table: what parsing it gave, before it is stored. */
 typedef struct pending {
-    long idx;   /* index in keys[], or -1 for a kafka.* / plugin.* pass-through key */
-    int secret; /* wxg_conf_key_is_secret(key) */
+    long idx;     /* index in keys[], or -1 for a kafka.* / plugin.* pass-through key */
+    int secret;   /* wxg_conf_key_is_secret(key) */
+    int via_file; /* read from a secret file */
     int64_t num;
     char **items; /* owned until stored */
     size_t nitems;
@@ -1437,9 +1452,12 @@ static int accept_value(wxg_conf_t *conf, const char *key, const char *value, in
 
 /* Decides whether a value from `rank` replaces what `e` holds. *keep is set when a higher
  * source already set the key (the new value was still checked). The same key twice in one file
- * is an error; the same rank from two calls (two --set flags) is a warning and the later wins. */
+ * is an error, and so is a secret given in the environment both itself and with __FILE (the
+ * order of the environment is no order to pick one by); the same rank from two calls (two --set
+ * flags) is a warning and the later wins. */
 static int check_precedence(wxg_conf_t *conf, const entry *e, const char *key, int rank, int srcid,
-                            const char *origin, int *keep, char *errstr, size_t errstr_size)
+                            int via_file, const char *origin, int *keep, char *errstr,
+                            size_t errstr_size)
 {
     *keep = 0;
     if (e == NULL || e->value == NULL)
@@ -1450,7 +1468,8 @@ static int check_precedence(wxg_conf_t *conf, const entry *e, const char *key, i
     }
     if (e->rank != rank || rank == RANK_DEFAULT)
         return 0;
-    if (rank == RANK_FILE && e->srcid == srcid) {
+    if ((rank == RANK_FILE || (rank == RANK_ENV && (via_file || e->via_file))) &&
+        e->srcid == srcid) {
         wxg__errf(errstr, errstr_size, "%s is set twice: %s and %s", key, e->origin, origin);
         return WXG_ECONFIG;
     }
@@ -1489,6 +1508,7 @@ static int store_value(wxg_conf_t *conf, entry *e, const char *key, const char *
         goto fail;
     fresh.rank = rank;
     fresh.srcid = srcid;
+    fresh.via_file = p->via_file;
     fresh.def = p->idx >= 0 ? &keys[p->idx] : NULL;
     fresh.num = p->num;
     fresh.items = p->items;
@@ -1507,19 +1527,128 @@ fail:
  * The steps: the checks every key and value pass; the value parsed and checked by its key's
  * family, which also says where it goes; whether it wins over what is there; storing it. */
 static int conf_put(wxg_conf_t *conf, const char *key, const char *value, int rank, int srcid,
-                    const char *origin, char *errstr, size_t errstr_size)
+                    int via_file, const char *origin, char *errstr, size_t errstr_size)
 {
-    pending p = {.idx = -1};
+    pending p = {.idx = -1, .via_file = via_file};
     entry *e = NULL;
     int keep = 0;
     int rc = check_key_and_value(key, value, origin, errstr, errstr_size);
     if (rc == 0)
         rc = accept_value(conf, key, value, rank, origin, &p, &e, errstr, errstr_size);
     if (rc == 0)
-        rc = check_precedence(conf, e, key, rank, srcid, origin, &keep, errstr, errstr_size);
+        rc = check_precedence(conf, e, key, rank, srcid, via_file, origin, &keep, errstr,
+                              errstr_size);
     if (rc == 0 && !keep)
         rc = store_value(conf, e, key, value, rank, srcid, origin, &p);
     pending_free(&p);
+    return rc;
+}
+
+/* ---- secrets from files -------------------------------------------------------------------- */
+
+#define ENV_FILE_SUFFIX "__FILE"
+#define KEY_FILE_SUFFIX "@file"
+
+/* Refuses a key named in the file form that may not be: an unknown key as any unknown key, a
+ * known one because it is not a secret. */
+static int refuse_file_form(const char *key, const char *origin, char *errstr, size_t errstr_size)
+{
+    if (keydef_index(key) < 0 && !has_prefix(key, "kafka.") && !has_prefix(key, "plugin."))
+        return refuse_unknown_key(key, origin, errstr, errstr_size);
+    wxg__errf(errstr, errstr_size,
+              "%s is not a secret key: only secret keys are read from a file; give its value "
+              "itself (%s)",
+              key, origin);
+    return WXG_ECONFIG;
+}
+
+/* Reads the value of secret `key` from the file `path` into *out (the caller wipes and frees
+ * it). Exactly one trailing newline ("\n" or "\r\n") is dropped: editors and `echo` add one,
+ * and a secret that really ends in a newline could not be written in any other source either.
+ * Errors name the key and the path, never the content. */
+static int read_secret_file(const char *key, const char *path, const char *origin, char **out,
+                            char *errstr, size_t errstr_size)
+{
+    int rc = 0;
+    size_t len = 0, cap = VALUE_MAX + 3; /* room to see that a value is too long */
+    char *buf = NULL;
+    struct stat st;
+    /* O_NONBLOCK: a FIFO named by mistake must not hang the start; it is refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        wxg__errf(errstr, errstr_size, "%s: cannot read the secret file %s: %s (%s)", key, path,
+                  strerror(errno), origin);
+        return WXG_EIO;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        wxg__errf(errstr, errstr_size, "%s: the secret file %s is not a regular file (%s)", key,
+                  path, origin);
+        rc = WXG_EIO;
+        goto out;
+    }
+    buf = malloc(cap + 1);
+    if (buf == NULL) {
+        wxg__errf(errstr, errstr_size, "out of memory");
+        rc = WXG_ENOMEM;
+        goto out;
+    }
+    while (len < cap) {
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            wxg__errf(errstr, errstr_size, "%s: cannot read the secret file %s: %s (%s)", key, path,
+                      strerror(errno), origin);
+            rc = WXG_EIO;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    if (len > 0 && buf[len - 1] == '\n') {
+        len--;
+        if (len > 0 && buf[len - 1] == '\r')
+            len--;
+    }
+    if (len > VALUE_MAX) {
+        wxg__errf(errstr, errstr_size, "%s: the secret file %s is longer than %d bytes (%s)", key,
+                  path, VALUE_MAX, origin);
+        rc = WXG_ECONFIG;
+        goto out;
+    }
+    if (memchr(buf, '\0', len) != NULL) {
+        wxg__errf(errstr, errstr_size, "%s: the secret file %s holds a NUL byte (%s)", key, path,
+                  origin);
+        rc = WXG_ECONFIG;
+        goto out;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    buf = NULL;
+out:
+    if (buf != NULL) {
+        explicit_bzero(buf, cap + 1);
+        free(buf);
+    }
+    close(fd);
+    return rc;
+}
+
+/* Sets secret `key` to the content of the file `path`, as a value from `rank`; the origin is
+ * `source` with the path appended. */
+static int put_from_file(wxg_conf_t *conf, const char *key, const char *path, int rank, int srcid,
+                         const char *source, char *errstr, size_t errstr_size)
+{
+    char origin[1024];
+    char *value = NULL;
+    snprintf(origin, sizeof origin, "%s (%s)", source, path);
+    if (!wxg_conf_key_is_secret(key))
+        return refuse_file_form(key, origin, errstr, errstr_size);
+    int rc = read_secret_file(key, path, origin, &value, errstr, errstr_size);
+    if (rc == 0)
+        rc = conf_put(conf, key, value, rank, srcid, 1, origin, errstr, errstr_size);
+    wipe_free(value, 1);
     return rc;
 }
 
@@ -1536,7 +1665,7 @@ wxg_conf_t *wxg_conf_new(unsigned program, char *errstr, size_t errstr_size)
     for (size_t i = 0; i < NKEYS; i++) {
         /* Defaults are checked like any value: a bad table entry fails here, and in the unit
          * tests, instead of at the first use of the key. */
-        int rc = conf_put(conf, keys[i].name, keys[i].def, RANK_DEFAULT, 0, "default", errstr,
+        int rc = conf_put(conf, keys[i].name, keys[i].def, RANK_DEFAULT, 0, 0, "default", errstr,
                           errstr_size);
         if (rc != 0) {
             wxg_conf_free(conf);
@@ -1565,8 +1694,37 @@ void wxg_conf_free(wxg_conf_t *conf)
     free(conf);
 }
 
-int wxg_conf_load_string(wxg_conf_t *conf, const char *text, size_t len, const char *origin,
-                         char *errstr, size_t errstr_size)
+/* Appends `key` to the comma-separated list in `buf` (cut short when it does not fit). */
+static void list_append(char *buf, size_t size, const char *key)
+{
+    size_t o = strlen(buf);
+    if (o + 1 < size)
+        snprintf(buf + o, size - o, "%s%s", o ? ", " : "", key);
+}
+
+/* Whether the value of secret `key` really holds a secret, for the warning about a file others
+ * can read. Connection strings (dsn) are secrets by name because they may carry a password; one
+ * without (libpq's "host=... user=...", a URL without user:password@) holds none, and a
+ * configuration that keeps the password elsewhere (PGPASSWORD, a secret file) should not draw the
+ * warning on every start. */
+static int value_holds_secret(const char *key, const char *value)
+{
+    if (*value == '\0')
+        return 0;
+    if (keydef_index(key) >= 0 || !ends_with(key, "dsn"))
+        return 1;
+    if (strstr(value, "password") != NULL)
+        return 1;
+    const char *scheme = strstr(value, "://");
+    const char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
+    const char *colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
+    return at != NULL && colon != NULL && colon < at;
+}
+
+/* wxg_conf_load_string, also listing in `secrets` (when not NULL) the secret keys the text
+ * gives a value of its own, for the warning about a file others can read. */
+static int load_text(wxg_conf_t *conf, const char *text, size_t len, const char *origin,
+                     char *secrets, size_t secrets_size, char *errstr, size_t errstr_size)
 {
     int rc = 0;
     if (conf == NULL || text == NULL) {
@@ -1611,13 +1769,28 @@ int wxg_conf_load_string(wxg_conf_t *conf, const char *text, size_t len, const c
         *eq = '\0';
         char *key = trim(s);
         char *value = trim(eq + 1);
-        rc = conf_put(conf, key, value, RANK_FILE, srcid, where, errstr, errstr_size);
+        size_t klen = strlen(key);
+        if (ends_with(key, KEY_FILE_SUFFIX)) {
+            key[klen - strlen(KEY_FILE_SUFFIX)] = '\0';
+            rc = put_from_file(conf, key, value, RANK_FILE, srcid, where, errstr, errstr_size);
+        } else {
+            rc = conf_put(conf, key, value, RANK_FILE, srcid, 0, where, errstr, errstr_size);
+            if (rc == 0 && secrets != NULL && wxg_conf_key_is_secret(key) &&
+                value_holds_secret(key, value))
+                list_append(secrets, secrets_size, key);
+        }
         if (rc != 0)
             break;
     }
     explicit_bzero(copy, len); /* the text may hold secrets */
     free(copy);
     return rc;
+}
+
+int wxg_conf_load_string(wxg_conf_t *conf, const char *text, size_t len, const char *origin,
+                         char *errstr, size_t errstr_size)
+{
+    return load_text(conf, text, len, origin, NULL, 0, errstr, errstr_size);
 }
 
 int wxg_conf_load_file(wxg_conf_t *conf, const char *path, char *errstr, size_t errstr_size)
@@ -1646,7 +1819,20 @@ int wxg_conf_load_file(wxg_conf_t *conf, const char *path, char *errstr, size_t 
         rc = WXG_EIO;
         goto out;
     }
-    rc = wxg_conf_load_string(conf, buf, len, path, errstr, errstr_size);
+    char secrets[512] = "";
+    rc = load_text(conf, buf, len, path, secrets, sizeof secrets, errstr, errstr_size);
+    /* The mode of the file that was read (fstat on the open stream, not a second lookup by
+     * name). Anyone in its group, or anyone at all, can read a secret in it. Secret files named
+     * with @file are not checked: the orchestrators mount them 0644 by default, and the pod's
+     * manifest, not the service, is where their mode is decided. */
+    struct stat st;
+    if (rc == 0 && secrets[0] != '\0' && fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
+        rc = warn(conf,
+                  "%s is readable by group or others (mode %04o) and holds secrets: %s; make it "
+                  "readable by the service user only (chmod 600), or read each secret from a "
+                  "file of its own (<key>@file, WXG_<KEY>__FILE)",
+                  path, (unsigned)(st.st_mode & 07777), secrets);
+    }
 out:
     if (buf != NULL) {
         explicit_bzero(buf, len);
@@ -1691,6 +1877,45 @@ static int kafka_knows(const char *prop, const char *value)
     return res != RD_KAFKA_CONF_UNKNOWN;
 }
 
+/* The table key whose variable is `name`, into key ("" when none). The name is matched against
+ * the table, not decoded, because '_' stands for both '.' and '-'. */
+static void env_table_key(const char *name, char *key, size_t size)
+{
+    key[0] = '\0';
+    for (size_t k = 0; k < NKEYS; k++) {
+        char en[256];
+        env_name(keys[k].name, en, sizeof en);
+        if (strcmp(en, name) == 0) {
+            snprintf(key, size, "%s", keys[k].name);
+            return;
+        }
+    }
+}
+
+/* The key the variable `name` sets: a table key, or a kafka.* / plugin.* key through the double
+ * underscore escapes ("" when none). `value` helps tell librdkafka's property names apart. */
+static void env_key(const char *name, const char *value, char *key, size_t size)
+{
+    size_t nlen = strlen(name);
+    env_table_key(name, key, size);
+    if (key[0] == '\0' && has_prefix(name, "WXG_KAFKA__") && nlen > 11) {
+        char prop[256];
+        env_prop(name + 11, nlen - 11, 1, prop, sizeof prop);
+        if (!kafka_knows(prop, value))
+            env_prop(name + 11, nlen - 11, 0, prop, sizeof prop);
+        snprintf(key, size, "kafka.%s", prop);
+    } else if (key[0] == '\0' && has_prefix(name, "WXG_PLUGIN__")) {
+        const char *pname = name + 12;
+        const char *sep = strstr(pname, "__");
+        if (sep != NULL && sep > pname && sep[2] != '\0') {
+            char plugin[128], prop[128];
+            env_prop(pname, (size_t)(sep - pname), 0, plugin, sizeof plugin);
+            env_prop(sep + 2, strlen(sep + 2), 1, prop, sizeof prop);
+            snprintf(key, size, "plugin.%s.%s", plugin, prop);
+        }
+    }
+}
+
 int wxg_conf_load_env(wxg_conf_t *conf, const char *const *envp, char *errstr, size_t errstr_size)
 {
     int rc = 0;
@@ -1716,36 +1941,27 @@ int wxg_conf_load_env(wxg_conf_t *conf, const char *const *envp, char *errstr, s
         memcpy(name, var, nlen);
         name[nlen] = '\0';
         snprintf(origin, sizeof origin, "env %s", name);
-        key[0] = '\0';
-        for (size_t k = 0; k < NKEYS; k++) {
-            char en[256];
-            env_name(keys[k].name, en, sizeof en);
-            if (strcmp(en, name) == 0) {
-                snprintf(key, sizeof key, "%s", keys[k].name);
-                break;
-            }
+        /* A table key's own variable first, so that WXG_REDIS_TLS_KEY_FILE stays the variable
+         * of redis.tls.key.file; then the __FILE form of a secret; then the escapes. */
+        int via_file = 0;
+        env_table_key(name, key, sizeof key);
+        if (key[0] == '\0' && ends_with(name, ENV_FILE_SUFFIX) &&
+            nlen > strlen("WXG_") + strlen(ENV_FILE_SUFFIX)) {
+            char base[256];
+            snprintf(base, sizeof base, "%.*s", (int)(nlen - strlen(ENV_FILE_SUFFIX)), name);
+            env_key(base, "", key, sizeof key);
+            via_file = key[0] != '\0';
         }
-        if (key[0] == '\0' && has_prefix(name, "WXG_KAFKA__") && nlen > 11) {
-            char prop[256];
-            env_prop(name + 11, nlen - 11, 1, prop, sizeof prop);
-            if (!kafka_knows(prop, value))
-                env_prop(name + 11, nlen - 11, 0, prop, sizeof prop);
-            snprintf(key, sizeof key, "kafka.%s", prop);
-        } else if (key[0] == '\0' && has_prefix(name, "WXG_PLUGIN__")) {
-            const char *pname = name + 12;
-            const char *sep = strstr(pname, "__");
-            if (sep != NULL && sep > pname && sep[2] != '\0') {
-                char plugin[128], prop[128];
-                env_prop(pname, (size_t)(sep - pname), 0, plugin, sizeof plugin);
-                env_prop(sep + 2, strlen(sep + 2), 1, prop, sizeof prop);
-                snprintf(key, sizeof key, "plugin.%s.%s", plugin, prop);
-            }
-        }
+        if (key[0] == '\0')
+            env_key(name, value, key, sizeof key);
         if (key[0] == '\0') {
             rc = warn(conf, "environment variable %s is not a configuration key; ignored", name);
             continue;
         }
-        rc = conf_put(conf, key, value, RANK_ENV, srcid, origin, errstr, errstr_size);
+        if (via_file)
+            rc = put_from_file(conf, key, value, RANK_ENV, srcid, origin, errstr, errstr_size);
+        else
+            rc = conf_put(conf, key, value, RANK_ENV, srcid, 0, origin, errstr, errstr_size);
     }
     return rc;
 }
@@ -1759,7 +1975,30 @@ int wxg_conf_set(wxg_conf_t *conf, const char *key, const char *value, char *err
     }
     if (conf->cli_srcid < 0)
         conf->cli_srcid = conf->next_srcid++;
-    return conf_put(conf, key, value, RANK_CLI, conf->cli_srcid, "--set", errstr, errstr_size);
+    if (key != NULL && value != NULL && ends_with(key, KEY_FILE_SUFFIX)) {
+        char base[256];
+        snprintf(base, sizeof base, "%.*s", (int)(strlen(key) - strlen(KEY_FILE_SUFFIX)), key);
+        return put_from_file(conf, base, value, RANK_CLI, conf->cli_srcid, "--set", errstr,
+                             errstr_size);
+    }
+    int rc = conf_put(conf, key, value, RANK_CLI, conf->cli_srcid, 0, "--set", errstr, errstr_size);
+    /* Every local user can read a process's arguments (/proc/<pid>/cmdline, ps). */
+    if (rc == 0 && *value != '\0' && wxg_conf_key_is_secret(key)) {
+        char en[256];
+        env_name(key, en, sizeof en);
+        rc = keydef_index(key) >= 0
+                 ? warn(conf,
+                        "%s is a secret given with --set, which every local user can read in "
+                        "the process's command line; give it with %s, %s__FILE or %s@file "
+                        "instead",
+                        key, en, en, key)
+                 : warn(conf,
+                        "%s is a secret given with --set, which every local user can read in "
+                        "the process's command line; give it in the environment or with "
+                        "%s@file instead",
+                        key, key);
+    }
+    return rc;
 }
 
 int wxg_conf_set_arg(wxg_conf_t *conf, const char *arg, char *errstr, size_t errstr_size)

@@ -19,6 +19,14 @@
  * one plugin's symbols from resolving another's; RTLD_NOW makes an unresolved symbol a load
  * error at start-up rather than a crash mid-run.
  *
+ * Loading safely. An external plugin runs with the service's rights, so whoever can replace its
+ * file or its directory owns the service. Its path must be absolute (a relative one would
+ * resolve against whatever the working directory is); the directory and the file must be owned
+ * by root or the running user and not be writable by group or others. The file is opened
+ * relative to the checked directory (O_NOFOLLOW), checked on that open descriptor, and loaded
+ * through /proc/self/fd/N, so what was checked is what is loaded: nobody can swap the file
+ * between the check and the dlopen.
+ *
  * Failure modes. Load and init failures unwind what was done in reverse order (destroy the
  * plugins already initialised, dlclose the objects). A plugin's handle that returns a value
  * outside the enum is treated as FAIL. A plugin that never returns blocks its worker; the host
@@ -27,10 +35,14 @@
 #include "wxguard/plugin_registry.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "err_int.h"
 #include "plugin_int.h"
@@ -44,6 +56,7 @@ typedef struct entry {
     void *state;
     int initialised;
     void *dl;   /* dlopen handle, NULL for a built-in */
+    int fd;     /* descriptor + 1 the object was loaded from (0: none); see load_external */
     char *path; /* NULL for a built-in */
 } entry;
 
@@ -119,11 +132,109 @@ static int valid_name(const char *name)
     return 1;
 }
 
-/* Loads the object at `path` into e (dl, desc). */
+/* Refuses `what` (the plugin file or its directory, at `shown`) unless root or the running user
+ * owns it and neither its group nor others may write it. */
+static int check_trusted(const struct stat *st, const char *path, const char *what,
+                         const char *shown, char *errstr, size_t errstr_size)
+{
+    uid_t me = geteuid();
+    if (st->st_uid != 0 && st->st_uid != me) {
+        wxg__errf(errstr, errstr_size,
+                  "plugins: refusing plugin '%s': its %s %s is owned by uid %u, not by root or "
+                  "the running user (uid %u)",
+                  path, what, shown, (unsigned)st->st_uid, (unsigned)me);
+        return WXG_ECONFIG;
+    }
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+        wxg__errf(errstr, errstr_size,
+                  "plugins: refusing plugin '%s': its %s %s is writable by %s (mode %04o); "
+                  "only its owner may write it",
+                  path, what, shown, (st->st_mode & S_IWOTH) ? "others" : "its group",
+                  (unsigned)(st->st_mode & 07777));
+        return WXG_ECONFIG;
+    }
+    return 0;
+}
+
+/* Opens the plugin at absolute `path` after checking its directory and, on the open descriptor,
+ * the file itself. Returns the descriptor in *fd_out. */
+static int open_trusted(const char *path, int *fd_out, char *errstr, size_t errstr_size)
+{
+    int rc = 0, dfd = -1, fd = -1;
+    struct stat st;
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (slash[1] == '\0') {
+        wxg__errf(errstr, errstr_size, "plugins: plugin path '%s' names a directory", path);
+        return WXG_ECONFIG;
+    }
+    size_t dlen = slash == path ? 1 : (size_t)(slash - path);
+    if (dlen >= sizeof dir) {
+        wxg__errf(errstr, errstr_size, "plugins: plugin path '%s' is too long", path);
+        return WXG_ECONFIG;
+    }
+    memcpy(dir, path, dlen);
+    dir[dlen] = '\0';
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': %s: %s", path, dir,
+                  strerror(errno));
+        return WXG_ECONFIG;
+    }
+    if (fstat(dfd, &st) != 0) {
+        wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': %s: %s", path, dir,
+                  strerror(errno));
+        rc = WXG_ECONFIG;
+        goto out;
+    }
+    if ((rc = check_trusted(&st, path, "directory", dir, errstr, errstr_size)) != 0)
+        goto out;
+    /* O_NOFOLLOW: a symbolic link would point outside the directory just checked. O_NONBLOCK:
+     * a FIFO must not hang the start (it is refused as not a regular file). */
+    fd = openat(dfd, slash + 1, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        int err = errno;
+        wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': %s", path,
+                  err == ELOOP ? "it is a symbolic link; give the path of the file itself"
+                               : strerror(err));
+        rc = WXG_ECONFIG;
+        goto out;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': not a regular file",
+                  path);
+        rc = WXG_ECONFIG;
+        goto out;
+    }
+    if ((rc = check_trusted(&st, path, "file", path, errstr, errstr_size)) != 0)
+        goto out;
+    *fd_out = fd;
+    fd = -1;
+out:
+    if (fd >= 0)
+        close(fd);
+    close(dfd);
+    return rc;
+}
+
+/* Loads the object at `path` into e (dl, desc), from the descriptor open_trusted checked. */
 static int load_external(entry *e, const char *path, char *errstr, size_t errstr_size)
 {
+    int fd = -1;
+    int rc = open_trusted(path, &fd, errstr, errstr_size);
+    if (rc != 0)
+        return rc;
+    char fdpath[64];
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
     dlerror(); /* clear a stale message */
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
+    /* The descriptor stays open as long as the object is loaded: the dynamic linker knows a
+     * loaded object by its name, and another plugin opened at the same descriptor number would
+     * otherwise be taken for this one. */
+    if (!dl)
+        close(fd);
+    else
+        e->fd = fd + 1;
     if (!dl) {
         const char *why = dlerror();
         wxg__errf(errstr, errstr_size, "plugins: cannot load plugin '%s': %s", path,
@@ -261,6 +372,8 @@ void wxg_plugin_chain_destroy(wxg_plugin_chain_t *chain)
     for (size_t i = chain->n; i-- > 0;) {
         if (chain->e[i].dl)
             dlclose(chain->e[i].dl);
+        if (chain->e[i].fd > 0)
+            close(chain->e[i].fd - 1);
         free(chain->e[i].path);
     }
     free(chain->e);
@@ -306,6 +419,14 @@ int wxg_plugin_chain_new(const char *spec, const wxg_plugin_kv_t *conf, size_t c
             goto fail;
         }
         entry *e = &chain->e[chain->n];
+        if (strchr(item, '/') && item[0] != '/') {
+            wxg__errf(errstr, errstr_size,
+                      "plugins: plugin path '%s' is relative; give an absolute path (a relative "
+                      "one would be looked up from the working directory)",
+                      item);
+            rc = WXG_ECONFIG;
+            goto fail;
+        }
         if (strchr(item, '/')) {
             if (!(e->path = strdup(item))) {
                 wxg__errf(errstr, errstr_size, "out of memory");
@@ -320,7 +441,7 @@ int wxg_plugin_chain_new(const char *spec, const wxg_plugin_kv_t *conf, size_t c
             if (!e->desc) {
                 wxg__errf(errstr, errstr_size,
                           "plugins: unknown built-in plugin '%s' (built-ins: %s; give an external "
-                          "plugin by its path, e.g. ./%s.so)",
+                          "plugin by its absolute path, e.g. /opt/wxguard/plugins/%s.so)",
                           item, wxg_plugin_builtin_names(), item);
                 rc = WXG_ECONFIG;
                 goto fail;

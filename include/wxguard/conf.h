@@ -21,6 +21,22 @@
  *      lower-cased with '_' -> '.'). Other WXG_* variables are not keys: they are ignored and
  *      listed as warnings;
  *   4. `--set key=value` flags (wxg_conf_set_arg). Given twice, the last one wins with a warning.
+ *      A secret given so draws a warning naming the key: every local user can read a process's
+ *      command line.
+ *
+ * Secrets from files (the Kubernetes and Docker secrets convention): a secret key (one that
+ * wxg_conf_key_is_secret() names) may be given as the path of a file that holds its value:
+ * WXG_<KEY>__FILE=/path in the environment (the variable of the key, then a double underscore
+ * and FILE; WXG_KAFKA__SASL_PASSWORD__FILE too), `<key>@file = /path` in a properties file, or
+ * `--set <key>@file=/path`. The value counts as coming from the source that named the file, so
+ * precedence is unchanged; a key given both itself and with __FILE in the environment is refused.
+ * Exactly one trailing newline ("\n" or "\r\n") is dropped. Any other key given so is refused
+ * naming it: this keeps the rule apart from keys whose own name ends in "file"
+ * (WXG_REDIS_TLS_KEY_FILE is the variable of redis.tls.key.file). An unreadable file is an error
+ * naming the key and the path (WXG_EIO); the origin of the value is e.g. "env
+ * WXG_INGEST_HMAC_SECRET__FILE (/path)". A properties file read by wxg_conf_load_file that gives a
+ * secret a value and can be read by its group or others draws a warning naming the file and the
+ * keys; the secret files themselves are not checked (orchestrators mount them 0644 by default).
  *
  * Key families:
  *   - table keys, typed (string, int, bool, duration, size, list, enum, address);

@@ -3,8 +3,11 @@
  * by path, and the ordered chain the consumer runs every message through.
  *
  * A chain is built once at start-up from the `plugins` setting, a comma-separated list in which
- * an entry containing '/' is the path of a shared object (loaded with dlopen, RTLD_NOW |
- * RTLD_LOCAL, symbol wxg_plugin_entry) and any other entry is the name of a built-in plugin:
+ * an entry containing '/' is the absolute path of a shared object (loaded with dlopen, RTLD_NOW |
+ * RTLD_LOCAL, symbol wxg_plugin_entry) and any other entry is the name of a built-in plugin. A
+ * relative path is refused, and so is a file or a directory holding it that is not owned by root
+ * or the effective user or that its group or others may write; the file is checked and loaded
+ * through one open descriptor, which stays open while the object is loaded:
  *
  *     plugins = autoreply,pgsql,/opt/wxguard/plugins/crm.so
  *

@@ -56,10 +56,15 @@ grep -q 'ingest.nope' "$tmp/out" || fail "unknown key not named: $(cat "$tmp/out
 
 # A running receiver whose Kafka is a closed port. It writes its operations port before the
 # listening line. Its metrics.listen, as a configuration from before ingest.ops.listen would
-# have it, is named in a warning.
-"$bin" --set kafka.bootstrap.servers=127.0.0.1:1 --set ingest.listen=127.0.0.1:0 \
-  --set ingest.ops.listen=127.0.0.1:0 --set metrics.listen=127.0.0.1:9 --set kafka.log_level=0 \
-  >"$tmp/run.out" 2>"$tmp/run.err" &
+# have it, is named in a warning; its secrets come the ways that draw a start-up warning: a
+# configuration file others can read, and --set.
+printf 'ingest.oa.token = tok-not-shown\n' >"$tmp/open.conf"
+chmod 0644 "$tmp/open.conf"
+env -u WXG_INGEST_OA_TOKEN "$bin" --config "$tmp/open.conf" \
+  --set kafka.bootstrap.servers=127.0.0.1:1 --set ingest.listen=127.0.0.1:0 \
+  --set ingest.ops.listen=127.0.0.1:0 --set metrics.listen=127.0.0.1:9 \
+  --set ingest.hmac.secret=sec-not-shown \
+  --set kafka.log_level=0 >"$tmp/run.out" 2>"$tmp/run.err" &
 pid=$!
 port=
 for _ in $(seq 1 100); do
@@ -87,6 +92,12 @@ else
   pid=
   [ $rc -eq 0 ] || fail "exit status $rc after SIGTERM, expected 0"
   grep -q 'event=stopped' "$tmp/run.err" || fail "no stopped event in the log"
+  grep 'config_warning' "$tmp/run.err" | grep -q 'ingest.hmac.secret is a secret given with --set' ||
+    fail "no warning for a secret given with --set: $(cat "$tmp/run.err")"
+  grep 'config_warning' "$tmp/run.err" | grep -F "$tmp/open.conf" |
+    grep -q 'readable by group or others.*ingest.oa.token' ||
+    fail "no warning for a secret in a file others can read: $(cat "$tmp/run.err")"
+  grep -q 'not-shown' "$tmp/run.err" && fail "a secret was logged"
 fi
 
 if [ $failures -ne 0 ]; then

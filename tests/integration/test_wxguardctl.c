@@ -467,6 +467,19 @@ static void purge_removes_one_account_and_keeps_the_other_and_live_claims(void *
     wxg_guard_claim_clear(&live);
 }
 
+/* The help describes what a purge does to fences as the guard does it (test_guard_admin.c
+ * checks that the next claim's fence is higher): it used to say the counter restarts at 1. */
+static void purge_help_says_the_fence_rises_after_a_purge(void **state)
+{
+    fixture *f = *state;
+    run_result r = run_ctl(f, NULL, (const char *const[]){"purge", "--help", NULL});
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "usage: wxguardctl purge"));
+    assert_null(strstr(r.out, "restarted at 1"));
+    assert_non_null(strstr(r.out, "its fence still rises above every fence"));
+    run_free(&r);
+}
+
 /* ---- redrive ------------------------------------------------------------------------------ */
 
 /* Writes one dead-letter record as the consumer does. */
@@ -755,6 +768,8 @@ int main(void)
             release_clears_a_processing_claim_after_yes_and_refuses_done, setup, teardown),
         cmocka_unit_test_setup_teardown(
             purge_removes_one_account_and_keeps_the_other_and_live_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(purge_help_says_the_fence_rises_after_a_purge, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(
             redrive_reproduces_original_bytes_and_the_guard_runs_it_once, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_redis_is_exit_3, setup, teardown),

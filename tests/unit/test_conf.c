@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
@@ -971,6 +972,233 @@ static void the_key_prefix_fits_the_guard_with_its_colon(void **state)
     wxg_conf_free(c);
 }
 
+/* ---- secrets from files -------------------------------------------------------------------- */
+
+/* Writes `text` to dir/name with `mode`; returns the path (static buffer per call site). */
+static void write_file(const char *dir, const char *name, const char *text, mode_t mode, char *path,
+                       size_t size)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static int has_warning(const wxg_conf_t *c, const char *a, const char *b)
+{
+    for (size_t i = 0; i < wxg_conf_warning_count(c); i++) {
+        const char *w = wxg_conf_warning(c, i);
+        if (strstr(w, a) != NULL && (b == NULL || strstr(w, b) != NULL))
+            return 1;
+    }
+    return 0;
+}
+
+static void secret_files_give_secrets_with_one_newline_trimmed(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    char *dir = wxg_test_mkdtemp("wxg-conf-secret");
+    assert_non_null(dir);
+    char hmac[512], crlf[512], twice[512], envvar[600], setarg[600], line[700];
+    /* Mounted secrets are commonly 0644: that draws no warning. */
+    write_file(dir, "hmac", "s3cr3t-hmac\n", 0644, hmac, sizeof hmac);
+    write_file(dir, "crlf", "s3cr3t-crlf\r\n", 0444, crlf, sizeof crlf);
+    write_file(dir, "twice", "s3cr3t-two\n\n", 0600, twice, sizeof twice);
+
+    wxg_conf_t *c = new_conf(WXG_PROG_INGEST | WXG_PROG_CONSUMER);
+    snprintf(envvar, sizeof envvar, "WXG_INGEST_HMAC_SECRET__FILE=%s", hmac);
+    const char *env[] = {envvar, NULL};
+    assert_int_equal(wxg_conf_load_env(c, env, err, sizeof err), 0);
+    assert_string_equal(wxg_conf_get(c, "ingest.hmac.secret"), "s3cr3t-hmac");
+    char want[700];
+    snprintf(want, sizeof want, "env WXG_INGEST_HMAC_SECRET__FILE (%s)", hmac);
+    assert_string_equal(wxg_conf_origin(c, "ingest.hmac.secret"), want);
+    /* In a properties file and with --set: <key>@file; "\r\n" is one newline. */
+    snprintf(line, sizeof line, "redis.password@file = %s\n", crlf);
+    assert_int_equal(load(c, line, err), 0);
+    assert_string_equal(wxg_conf_get(c, "redis.password"), "s3cr3t-crlf");
+    snprintf(want, sizeof want, "file test.conf:1 (%s)", crlf);
+    assert_string_equal(wxg_conf_origin(c, "redis.password"), want);
+    /* Only one newline goes: a second one is part of the value, which refuses it. */
+    snprintf(setarg, sizeof setarg, "log.id.salt@file=%s", twice);
+    assert_int_equal(wxg_conf_set_arg(c, setarg, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "log.id.salt: the value holds a control character"));
+    assert_null(strstr(err, "s3cr3t"));
+    /* A kafka.* secret too. */
+    snprintf(setarg, sizeof setarg, "kafka.sasl.password@file=%s", hmac);
+    assert_int_equal(wxg_conf_set_arg(c, setarg, err, sizeof err), 0);
+    assert_string_equal(wxg_conf_get(c, "kafka.sasl.password"), "s3cr3t-hmac");
+    /* Neither the file form nor a 0644 secret file draws a warning, and nothing prints the
+     * values. */
+    assert_int_equal(wxg_conf_warning_count(c), 0);
+    char *out = print_to_string(c);
+    assert_null(strstr(out, "s3cr3t"));
+    assert_non_null(strstr(out, "# from env WXG_INGEST_HMAC_SECRET__FILE ("));
+    free(out);
+    wxg_conf_free(c);
+    wxg_test_rmtree(dir);
+    free(dir);
+}
+
+static void secret_files_are_refused_for_other_keys_and_when_unreadable(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    char *dir = wxg_test_mkdtemp("wxg-conf-secret");
+    assert_non_null(dir);
+    char host[512], envvar[600], missing[600];
+    write_file(dir, "host", "redis.example\n", 0600, host, sizeof host);
+
+    /* A key that is not a secret: refused, naming it. */
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    snprintf(envvar, sizeof envvar, "WXG_REDIS_HOST__FILE=%s", host);
+    const char *env1[] = {envvar, NULL};
+    assert_int_equal(wxg_conf_load_env(c, env1, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.host is not a secret key"));
+    assert_non_null(strstr(err, "WXG_REDIS_HOST__FILE"));
+    char line[700];
+    snprintf(line, sizeof line, "consumer.workers@file = %s\n", host);
+    assert_int_equal(load(c, line, err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "consumer.workers is not a secret key"));
+    snprintf(line, sizeof line, "no.such.key@file = %s\n", host);
+    assert_int_equal(load(c, line, err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "unknown configuration key \"no.such.key\""));
+    wxg_conf_free(c);
+
+    /* A missing file: the key and the path are named. */
+    c = new_conf(WXG_PROG_INGEST);
+    snprintf(missing, sizeof missing, "WXG_INGEST_OA_TOKEN__FILE=%s/absent", dir);
+    const char *env2[] = {missing, NULL};
+    assert_int_equal(wxg_conf_load_env(c, env2, err, sizeof err), WXG_EIO);
+    assert_non_null(strstr(err, "ingest.oa.token: cannot read the secret file"));
+    assert_non_null(strstr(err, "/absent"));
+    wxg_conf_free(c);
+
+    /* The key whose own name ends in .file keeps its variable: WXG_REDIS_TLS_KEY_FILE is
+     * redis.tls.key.file (a path, not a secret file to read). */
+    c = new_conf(WXG_PROG_CONSUMER);
+    snprintf(envvar, sizeof envvar, "WXG_REDIS_TLS_KEY_FILE=%s", host);
+    const char *env3[] = {envvar, NULL};
+    assert_int_equal(wxg_conf_load_env(c, env3, err, sizeof err), 0);
+    assert_string_equal(wxg_conf_get(c, "redis.tls.key.file"), host);
+    assert_string_equal(wxg_conf_origin(c, "redis.tls.key.file"), "env WXG_REDIS_TLS_KEY_FILE");
+    /* ... and its __FILE form is refused: it is not a secret. */
+    snprintf(envvar, sizeof envvar, "WXG_REDIS_TLS_KEY_FILE__FILE=%s", host);
+    assert_int_equal(wxg_conf_load_env(c, env3, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.tls.key.file is not a secret key"));
+    wxg_conf_free(c);
+    wxg_test_rmtree(dir);
+    free(dir);
+}
+
+static void secret_files_follow_the_precedence_of_their_source(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    char *dir = wxg_test_mkdtemp("wxg-conf-secret");
+    assert_non_null(dir);
+    char fromfile[512], envvar[600], line[700];
+    write_file(dir, "pw", "from-secret-file\n", 0600, fromfile, sizeof fromfile);
+
+    /* file < env (__FILE counts as env) < --set, whatever the order of the calls. */
+    wxg_conf_t *c = new_conf(WXG_PROG_CONSUMER);
+    snprintf(envvar, sizeof envvar, "WXG_REDIS_PASSWORD__FILE=%s", fromfile);
+    const char *env[] = {envvar, NULL};
+    assert_int_equal(wxg_conf_load_env(c, env, err, sizeof err), 0);
+    assert_int_equal(load(c, "redis.password = from-properties\n", err), 0);
+    assert_string_equal(wxg_conf_get(c, "redis.password"), "from-secret-file");
+    assert_int_equal(wxg_conf_set(c, "redis.password", "from-set", err, sizeof err), 0);
+    assert_string_equal(wxg_conf_get(c, "redis.password"), "from-set");
+    wxg_conf_free(c);
+
+    /* A properties file's @file loses to the environment's plain value. */
+    c = new_conf(WXG_PROG_CONSUMER);
+    snprintf(line, sizeof line, "redis.password@file = %s\n", fromfile);
+    assert_int_equal(load(c, line, err), 0);
+    const char *env2[] = {"WXG_REDIS_PASSWORD=from-env", NULL};
+    assert_int_equal(wxg_conf_load_env(c, env2, err, sizeof err), 0);
+    assert_string_equal(wxg_conf_get(c, "redis.password"), "from-env");
+    wxg_conf_free(c);
+
+    /* The variable itself and its __FILE form together: refused, naming both. */
+    c = new_conf(WXG_PROG_CONSUMER);
+    const char *env3[] = {"WXG_REDIS_PASSWORD=from-env", envvar, NULL};
+    assert_int_equal(wxg_conf_load_env(c, env3, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.password is set twice"));
+    assert_non_null(strstr(err, "env WXG_REDIS_PASSWORD and env WXG_REDIS_PASSWORD__FILE"));
+    assert_null(strstr(err, "from-"));
+    wxg_conf_free(c);
+
+    /* The key and its @file form in one properties file: set twice. */
+    c = new_conf(WXG_PROG_CONSUMER);
+    snprintf(line, sizeof line, "redis.password = x\nredis.password@file = %s\n", fromfile);
+    assert_int_equal(load(c, line, err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "redis.password is set twice"));
+    wxg_conf_free(c);
+    wxg_test_rmtree(dir);
+    free(dir);
+}
+
+static void secrets_on_the_command_line_and_in_open_files_draw_warnings(void **state)
+{
+    (void)state;
+    char err[ERRSZ] = "";
+    char *dir = wxg_test_mkdtemp("wxg-conf-secret");
+    assert_non_null(dir);
+    char open_conf[512], closed_conf[512], plain_conf[512];
+    const char *text = "kafka.bootstrap.servers = 127.0.0.1:9092\n"
+                       "ingest.hmac.secret = s3cr3t-hmac\nkafka.sasl.password = s3cr3t-sasl\n";
+    write_file(dir, "open.conf", text, 0640, open_conf, sizeof open_conf);
+    write_file(dir, "closed.conf", text, 0600, closed_conf, sizeof closed_conf);
+    /* A connection string is a secret by name; one without a password holds none. */
+    write_file(dir, "plain.conf",
+               "kafka.bootstrap.servers = 127.0.0.1:9092\n"
+               "plugin.pgsql.dsn = host=db dbname=wxguard user=wxguard\n",
+               0644, plain_conf, sizeof plain_conf);
+
+    /* --set of a secret: a warning naming the key and the other ways to give it. */
+    wxg_conf_t *c = new_conf(WXG_PROG_INGEST);
+    assert_int_equal(wxg_conf_set_arg(c, "ingest.hmac.secret=s3cr3t", err, sizeof err), 0);
+    assert_true(has_warning(c, "ingest.hmac.secret is a secret given with --set",
+                            "WXG_INGEST_HMAC_SECRET__FILE"));
+    assert_false(has_warning(c, "s3cr3t", NULL));
+    /* Not for a key that is not a secret, nor for an empty secret. */
+    assert_int_equal(wxg_conf_set_arg(c, "ingest.topic=t", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_set_arg(c, "ingest.oa.token=", err, sizeof err), 0);
+    assert_int_equal(wxg_conf_warning_count(c), 1);
+    wxg_conf_free(c);
+
+    /* A file readable by its group that holds secrets: one warning naming file and keys. */
+    c = new_conf(WXG_PROG_INGEST);
+    assert_int_equal(wxg_conf_load_file(c, open_conf, err, sizeof err), 0);
+    assert_int_equal(wxg_conf_warning_count(c), 1);
+    assert_true(has_warning(c, open_conf, "ingest.hmac.secret, kafka.sasl.password"));
+    assert_true(has_warning(c, "readable by group or others (mode 0640)", NULL));
+    assert_false(has_warning(c, "s3cr3t", NULL));
+    wxg_conf_free(c);
+    c = new_conf(WXG_PROG_CONSUMER);
+    char dsn_conf[512];
+    write_file(dir, "dsn.conf", "plugin.pgsql.dsn = postgresql://wxguard:pw@db/wxguard\n", 0644,
+               dsn_conf, sizeof dsn_conf);
+    assert_int_equal(wxg_conf_load_file(c, dsn_conf, err, sizeof err), 0);
+    assert_true(has_warning(c, dsn_conf, "plugin.pgsql.dsn"));
+    wxg_conf_free(c);
+    /* The same file readable by its owner only, and an open file without secrets: silent. */
+    c = new_conf(WXG_PROG_INGEST);
+    assert_int_equal(wxg_conf_load_file(c, closed_conf, err, sizeof err), 0);
+    assert_int_equal(wxg_conf_warning_count(c), 0);
+    wxg_conf_free(c);
+    c = new_conf(WXG_PROG_INGEST);
+    assert_int_equal(wxg_conf_load_file(c, plain_conf, err, sizeof err), 0);
+    assert_int_equal(wxg_conf_warning_count(c), 0);
+    wxg_conf_free(c);
+    wxg_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -994,6 +1222,10 @@ int main(void)
         cmocka_unit_test(cluster_nodes_reach_the_guard_and_conflicts_are_refused),
         cmocka_unit_test(every_consumer_format_maps_to_a_decoder_format),
         cmocka_unit_test(the_key_prefix_fits_the_guard_with_its_colon),
+        cmocka_unit_test(secret_files_give_secrets_with_one_newline_trimmed),
+        cmocka_unit_test(secret_files_are_refused_for_other_keys_and_when_unreadable),
+        cmocka_unit_test(secret_files_follow_the_precedence_of_their_source),
+        cmocka_unit_test(secrets_on_the_command_line_and_in_open_files_draw_warnings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

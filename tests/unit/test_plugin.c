@@ -357,6 +357,73 @@ static void a_missing_file_is_a_config_error_naming_the_path(void **state)
     assert_non_null(strstr(err, "No such file")); /* dlerror's text */
 }
 
+/* Copies the example plugin to dir/name with `mode`; the path goes to `path`. */
+static void copy_plugin(const char *dir, const char *name, mode_t mode, char *path, size_t size)
+{
+    size_t len = 0;
+    char *so = read_file(WXG_EXAMPLE_PLUGIN, &len);
+    assert_non_null(so);
+    snprintf(path, size, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(so, 1, len, f), len);
+    fclose(f);
+    free(so);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void plugin_paths_must_be_absolute_and_the_files_not_writable_by_others(void **state)
+{
+    (void)state;
+    wxg_plugin_chain_t *chain = NULL;
+    char err[1024] = "";
+    /* A relative path would resolve against the working directory. */
+    assert_int_equal(wxg_plugin_chain_new("noop,plugins/x.so", NULL, 0, &chain, err, sizeof err),
+                     WXG_ECONFIG);
+    assert_null(chain);
+    assert_non_null(strstr(err, "plugin path 'plugins/x.so' is relative"));
+    assert_int_equal(wxg_plugin_chain_new("./x.so", NULL, 0, &chain, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "is relative"));
+    /* The hint for an unknown built-in no longer suggests ./name.so. */
+    assert_int_equal(wxg_plugin_chain_new("crm", NULL, 0, &chain, err, sizeof err), WXG_ECONFIG);
+    assert_null(strstr(err, "./crm.so"));
+    assert_non_null(strstr(err, "absolute path"));
+
+    char *dir = wxg_test_mkdtemp("wxg-plugin-trust");
+    assert_non_null(dir);
+    assert_int_equal(chmod(dir, 0755), 0);
+    char ok[600], grp[600], link[600], open_dir[600], in_open[600];
+    /* A copy owned by the running user in a directory only it writes: loads. */
+    copy_plugin(dir, "ok.so", 0755, ok, sizeof ok);
+    assert_int_equal(wxg_plugin_chain_new(ok, NULL, 0, &chain, err, sizeof err), 0);
+    assert_string_equal(wxg_plugin_chain_name(chain, 0), "example");
+    wxg_plugin_chain_destroy(chain);
+    chain = NULL;
+    /* A group-writable file: refused, naming it and why. */
+    copy_plugin(dir, "grp.so", 0775, grp, sizeof grp);
+    assert_int_equal(wxg_plugin_chain_new(grp, NULL, 0, &chain, err, sizeof err), WXG_ECONFIG);
+    assert_null(chain);
+    assert_non_null(strstr(err, grp));
+    assert_non_null(strstr(err, "its file"));
+    assert_non_null(strstr(err, "is writable by its group (mode 0775)"));
+    /* A symbolic link: refused (it could point anywhere). */
+    snprintf(link, sizeof link, "%s/link.so", dir);
+    assert_int_equal(symlink(ok, link), 0);
+    assert_int_equal(wxg_plugin_chain_new(link, NULL, 0, &chain, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, "symbolic link"));
+    /* A good file in a directory everybody may write (as /tmp, sticky bit or not): refused. */
+    snprintf(open_dir, sizeof open_dir, "%s/open", dir);
+    assert_int_equal(mkdir(open_dir, 0700), 0);
+    assert_int_equal(chmod(open_dir, 01777), 0);
+    copy_plugin(open_dir, "ok.so", 0755, in_open, sizeof in_open);
+    assert_int_equal(wxg_plugin_chain_new(in_open, NULL, 0, &chain, err, sizeof err), WXG_ECONFIG);
+    assert_non_null(strstr(err, in_open));
+    assert_non_null(strstr(err, "its directory"));
+    assert_non_null(strstr(err, "is writable by others (mode 1777)"));
+    wxg_test_rmtree(dir);
+    free(dir);
+}
+
 static void an_abi_mismatch_is_refused_with_both_versions(void **state)
 {
     (void)state;
@@ -851,6 +918,7 @@ int main(void)
         cmocka_unit_test(lifecycle_runs_in_chain_order_and_unwinds_in_reverse),
         cmocka_unit_test(init_failure_destroys_the_plugins_already_initialised),
         cmocka_unit_test(a_missing_file_is_a_config_error_naming_the_path),
+        cmocka_unit_test(plugin_paths_must_be_absolute_and_the_files_not_writable_by_others),
         cmocka_unit_test(an_abi_mismatch_is_refused_with_both_versions),
         cmocka_unit_test(a_missing_entry_symbol_is_refused_with_the_dlerror_text),
         cmocka_unit_test(produce_without_a_producer_fails_and_the_plugin_retries),
