@@ -149,6 +149,15 @@ def check_ingest_k8s(where, dep, services, props):
                        "ingest's is ingest.ops.listen")
     tmpl = dep["spec"]["template"]
     for c in tmpl.get("spec", {}).get("containers") or []:
+        env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+        why = ingest_secret_problem(props, env)
+        if why:
+            problem(where, why)
+        mounts = [m.get("mountPath", "") for m in c.get("volumeMounts") or []]
+        for name, value in env.items():
+            if name.endswith("__FILE") and value and not any(
+                    str(value).startswith(m.rstrip("/") + "/") for m in mounts):
+                problem(where, f"{name} names {value}, which no volume mounts")
         named = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
         if ops_port not in named.values():
             problem(where, f"no containerPort {ops_port} (ingest.ops.listen)")
