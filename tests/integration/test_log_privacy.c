@@ -326,6 +326,7 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
               "log.level=debug", "--set", "kafka.debug=all", "--set", "log.id.salt=" SALT, "--set",
               "kafka.sasl.password=" SASL_PW, "--set", "ingest.oa.token=" OA_TOKEN, "--set",
               "ingest.oa.aes.key=" AES_KEY, "--set", "ingest.oa.aes.key.previous=" AES_PREV,
+              "--set", "ingest.oa.plaintext.accept=true",
               "--set", "ingest.oa.appid=" APPID, "--set", "ingest.hmac.secret=" HMAC_SEC,
               (char *)NULL);
         _exit(121);
@@ -353,7 +354,8 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
     long long now = (long long)time(NULL);
     snprintf(ts, sizeof ts, "%lld", now);
     snprintf(old, sizeof old, "%lld", now - 3600);
-    /* Accepted: a plain OA push, an encrypted one, a gateway callback. */
+    /* Accepted: a plain OA push (plaintext beside the key is opted into above, so that its
+     * path is logged too), an encrypted one, a gateway callback. */
     oa_target(target, sizeof target, ts, NULL);
     assert_int_equal(post(port, target, NULL, oa_push), 200);
     unsigned char key[WXG__OA_AES_KEY_BYTES];
