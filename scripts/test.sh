@@ -4,9 +4,9 @@
 #   setup     scripts/setup.sh (Debian packages, Kafka broker jars; seconds when done before)
 #   build     configure and build build/ (Ninja, -DWXG_WERROR=ON, valgrind tests registered)
 #   format    the format-check target (clang-format)
-#   test      every test in build/ except the valgrind ones: unit, lint, fixture and
-#             integration; the integration tests run against a real redis-server and Kafka
-#             broker that the "services" CTest fixture starts once and stops at the end
+#   test      every test in build/ except the valgrind ones and the fixture self-test: unit,
+#             lint and integration; the integration tests run against a real redis-server and
+#             Kafka broker that the "services" CTest fixture starts once and stops at the end
 #   valgrind  every unit test under valgrind memcheck (0 errors, no definite/indirect leaks)
 #   asan      build-asan/ (ASan+UBSan) and the whole suite again, except the lint tests, the
 #             fixture test (scripts/services.sh again, which no build changes) and the soak
@@ -14,9 +14,15 @@
 #   tsan      build-tsan/ (TSan) and the tests labelled tsan
 #   fuzz      build-fuzz/ (clang, libFuzzer + ASan/UBSan) and each fuzz harness for a bounded
 #             time (WXG_FUZZ_SECONDS, default 60), failing on any crash, leak or report
+#   fixture   only with --fixture: the tests labelled fixture in build/
 #
-# Usage: scripts/test.sh [--quick] [--skip PHASE[,PHASE...]]
+# Each run writes its phase timings and the ten slowest tests to build/test-times.txt.
+#
+# Usage: scripts/test.sh [--quick] [--fixture] [--skip PHASE[,PHASE...]]
 #   --quick   skip valgrind, asan, tsan and fuzz (a fast local check)
+#   --fixture only the fixture self-test: scripts/services.sh started and stopped 30 times in a
+#             row, each time checked (tests/fixture/services_cycle.sh; after a change to
+#             scripts/services.sh or the fixture's CMake, not on every run)
 #   --skip    skip the named phases; WXG_TEST_SKIP="asan tsan" does the same
 # Environment: WXG_JOBS (parallel jobs, default: the number of cores), WXG_TEST_TIMEOUT_SCALE
 # (integer factor for every timeout, default 1; sanitizer phases use three times it).
@@ -33,6 +39,7 @@ jobs=${WXG_JOBS:-$(nproc 2>/dev/null || echo 2)}
 scale=${WXG_TEST_TIMEOUT_SCALE:-1}
 [[ $scale =~ ^[1-9][0-9]*$ ]] || scale=1
 skip=" ${WXG_TEST_SKIP:-} "
+fixture_only=0
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -42,6 +49,10 @@ usage() {
 while (($#)); do
   case $1 in
   --quick) skip+=" valgrind asan tsan fuzz " ;;
+  --fixture)
+    fixture_only=1
+    skip+=" format test valgrind asan tsan fuzz "
+    ;;
   --skip)
     (($# >= 2)) || usage
     skip+=" ${2//,/ } "
@@ -77,6 +88,31 @@ summary() {
   printf '  %-10s %5d s\n' total "$(($(date +%s) - t_start))"
 }
 
+# The phase timings and the ten slowest tests of every ctest report of this run, to
+# build/test-times.txt (for bench/test-time.md and for finding what a run spends its time on).
+write_times() {
+  [[ -d $repo/build ]] || return 0
+  {
+    summary
+    printf '\n==== ten slowest tests\n'
+    python3 - "$repo" <<'PY' || true
+import glob, os, sys, xml.etree.ElementTree as ET
+rows = []
+for d in ("build", "build-asan", "build-tsan", "build-fuzz"):
+    for f in glob.glob(os.path.join(sys.argv[1], d, "ctest-*.xml")):
+        try:
+            root = ET.parse(f).getroot()
+        except ET.ParseError:
+            continue
+        phase = os.path.basename(f)[6:-4]
+        for tc in root.iter("testcase"):
+            rows.append((float(tc.get("time", 0) or 0), phase, tc.get("name", "?")))
+for t, phase, name in sorted(rows, reverse=True)[:10]:
+    print(f"  {t:8.1f} s  {phase:<9} {name}")
+PY
+  } >"$repo/build/test-times.txt" 2>&1
+}
+
 stop_services() {
   local d
   for d in build build-asan build-tsan build-fuzz; do
@@ -94,6 +130,7 @@ on_exit() {
     wait "$child" 2>/dev/null || true
   fi
   stop_services
+  write_times
   summary
   if ((rc != 0)); then
     printf '\nFAILED in phase %s (exit status %d)\n' "${current_phase:-?}" "$rc"
@@ -176,7 +213,9 @@ do_build() { configure_and_build build "$scale" -DWXG_MEMCHECK=ON; }
 
 do_format() { run cmake --build build --target format-check; }
 
-do_test() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -LE memcheck; }
+do_test() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -LE 'memcheck|fixture'; }
+
+do_fixture() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L fixture; }
 
 do_valgrind() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L memcheck; }
 
@@ -211,3 +250,6 @@ phase valgrind do_valgrind
 phase asan do_asan
 phase tsan do_tsan
 phase fuzz do_fuzz
+if ((fixture_only)); then
+  phase fixture do_fixture
+fi
