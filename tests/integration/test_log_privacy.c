@@ -326,9 +326,8 @@ static void no_personal_id_or_secret_in_anything_the_receiver_writes(void **stat
               "log.level=debug", "--set", "kafka.debug=all", "--set", "log.id.salt=" SALT, "--set",
               "kafka.sasl.password=" SASL_PW, "--set", "ingest.oa.token=" OA_TOKEN, "--set",
               "ingest.oa.aes.key=" AES_KEY, "--set", "ingest.oa.aes.key.previous=" AES_PREV,
-              "--set", "ingest.oa.plaintext.accept=true",
-              "--set", "ingest.oa.appid=" APPID, "--set", "ingest.hmac.secret=" HMAC_SEC,
-              (char *)NULL);
+              "--set", "ingest.oa.plaintext.accept=true", "--set", "ingest.oa.appid=" APPID,
+              "--set", "ingest.hmac.secret=" HMAC_SEC, (char *)NULL);
         _exit(121);
     }
     /* The port, from the receiver's own line on stdout. */
