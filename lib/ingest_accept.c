@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "err_int.h"
 #include "wxguard/err.h"
 #include "wxguard/msg.h"
 
@@ -69,12 +70,10 @@ static int refused(const char **why, const char *what, char *reason, size_t reas
                    const char *fmt, ...)
 {
     *why = what;
-    if (reason != NULL && reason_size > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(reason, reason_size, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    wxg__verrf(reason, reason_size, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -194,14 +193,10 @@ int wxg_ingest_record_decode(const void *buf, size_t len, const char *format, si
 {
     if (format == NULL)
         return wxg_decode(buf, len, opts, out, errstr, errstr_size);
-    const char *dummy;
-    char tmp[8];
-    if (errstr == NULL || errstr_size == 0) {
-        errstr = tmp;
-        errstr_size = sizeof tmp;
+    if (out == NULL) {
+        wxg__errf(errstr, errstr_size, "invalid argument");
+        return WXG_EINVAL;
     }
-    if (out == NULL)
-        return refused(&dummy, "", errstr, errstr_size, WXG_EINVAL, "invalid argument");
     *out = NULL;
     char name[16];
     wxg_format_t stated = WXG_FORMAT_AUTO;
@@ -210,34 +205,40 @@ int wxg_ingest_record_decode(const void *buf, size_t len, const char *format, si
         name[format_len] = '\0';
     }
     if (format_len >= sizeof name || wxg_format_parse(name, &stated) != 0 ||
-        stated == WXG_FORMAT_AUTO)
-        return refused(&dummy, "", errstr, errstr_size, WXG_EFORMAT,
-                       "the record's " WXG_INGEST_HDR_FORMAT " header names no format");
+        stated == WXG_FORMAT_AUTO) {
+        wxg__errf(errstr, errstr_size,
+                  "the record's " WXG_INGEST_HDR_FORMAT " header names no format");
+        return WXG_EFORMAT;
+    }
     wxg_format_t pinned = opts != NULL ? opts->format : WXG_FORMAT_AUTO;
-    if (pinned != WXG_FORMAT_AUTO && pinned != stated)
-        return refused(&dummy, "", errstr, errstr_size, WXG_EFORMAT,
-                       "the record's " WXG_INGEST_HDR_FORMAT
-                       " header states %s but consumer.format is %s",
-                       wxg_format_name(stated), wxg_format_name(pinned));
+    if (pinned != WXG_FORMAT_AUTO && pinned != stated) {
+        wxg__errf(errstr, errstr_size,
+                  "the record's " WXG_INGEST_HDR_FORMAT
+                  " header states %s but consumer.format is %s",
+                  wxg_format_name(stated), wxg_format_name(pinned));
+        return WXG_EFORMAT;
+    }
     wxg_decode_opts_t o = opts != NULL ? *opts : (wxg_decode_opts_t){0};
     o.format = stated;
     char why[256] = "";
     wxg_batch_t *b = NULL;
     int rc = wxg_decode(buf, len, &o, &b, why, sizeof why);
-    if (rc != 0)
-        return refused(&dummy, "", errstr, errstr_size, rc,
-                       "as its " WXG_INGEST_HDR_FORMAT " header states (%s): %s",
-                       wxg_format_name(stated), why);
+    if (rc != 0) {
+        wxg__errf(errstr, errstr_size, "as its " WXG_INGEST_HDR_FORMAT " header states (%s): %s",
+                  wxg_format_name(stated), why);
+        return rc;
+    }
     if (account != NULL) {
         for (size_t i = 0; i < wxg_batch_count(b); i++) {
             const char *a = wxg_batch_msg(b, i)->account;
             if (strlen(a) != account_len || memcmp(a, account, account_len) != 0) {
                 wxg_batch_free(b);
-                return refused(
-                    &dummy, "", errstr, errstr_size, WXG_EFORMAT,
+                wxg__errf(
+                    errstr, errstr_size,
                     "message %zu names another account than the record's " WXG_INGEST_HDR_ACCOUNT
                     " header",
                     i);
+                return WXG_EFORMAT;
             }
         }
     }

@@ -628,11 +628,19 @@ static void a_bad_listen_address_fails_start_with_a_reason(void **state)
     wxg_ingest_destroy(NULL);
 }
 
-static char *read_sample(const char *name, size_t *len)
+/* The reference samples' folder (tests/fixtures/samples of the source tree). */
+static const char *samples_dir(void)
 {
     const char *src = getenv("WXG_SOURCE_DIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fixtures/samples/%s", src ? src : ".", name);
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/samples", src ? src : ".");
+    return path;
+}
+
+static char *read_sample(const char *name, size_t *len)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", samples_dir(), name);
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         fail_msg("cannot open %s", path);
@@ -650,10 +658,7 @@ static char *read_sample(const char *name, size_t *len)
 static void what_ingest_accepts_the_consumer_decodes_alike(void **state)
 {
     (void)state;
-    const char *src = getenv("WXG_SOURCE_DIR");
-    char dirpath[4096];
-    snprintf(dirpath, sizeof dirpath, "%s/tests/fixtures/samples", src ? src : ".");
-    DIR *dir = opendir(dirpath);
+    DIR *dir = opendir(samples_dir());
     assert_non_null(dir);
     size_t files = 0, accepted = 0, unaccepted_files = 0;
     struct dirent *de;
