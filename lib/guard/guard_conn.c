@@ -38,7 +38,7 @@
 static const char *const script_src[WXG__S_COUNT] = {
     wxg__lua_claim, wxg__lua_renew,   wxg__lua_plugin_done, wxg__lua_complete,
     wxg__lua_fail,  wxg__lua_inspect, wxg__lua_release,     wxg__lua_layout,
-    wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,
+    wxg__lua_rearm, wxg__lua_purge,   wxg__lua_peek,        wxg__lua_repair,
 };
 
 static char *dup_or_null(const char *s)

@@ -164,6 +164,7 @@ extern const char wxg__lua_layout[];
 extern const char wxg__lua_rearm[];
 extern const char wxg__lua_purge[];
 extern const char wxg__lua_peek[];
+extern const char wxg__lua_repair[];
 
 /* The scripts by index: wxg__guard_redis_t.sha[] holds their SHA1s once loaded. */
 enum wxg__guard_script {
@@ -178,6 +179,7 @@ enum wxg__guard_script {
     WXG__S_REARM,
     WXG__S_PURGE,
     WXG__S_PEEK,
+    WXG__S_REPAIR,
     WXG__S_COUNT
 };
 
@@ -461,6 +463,17 @@ int wxg__guard_script_plugin_done(wxg__guard_redis_t *rg, const wxg_guard_plugin
                                   size_t n, int *results);
 int wxg__guard_script_fail(wxg__guard_redis_t *rg, const wxg_guard_failure_t *items, size_t n,
                            int *results);
+
+/* The second step of a native complete (lib/guard/lua/repair.lua): per ticket, the time bucket
+ * its HINCRBY went to, what the HINCRBY left there and what the field held before, as decimal
+ * strings (an in-flight value does not fit Lua's numbers); `left` is "" when the increment
+ * changed nothing. Results as a complete's; counted. */
+typedef struct wxg__guard_repair {
+    const wxg_guard_ticket_t *t;
+    char tb[24], left[24], before[24];
+} wxg__guard_repair_t;
+int wxg__guard_script_repair(wxg__guard_redis_t *rg, const wxg__guard_repair_t *r, size_t n,
+                             int *results);
 
 /* ---- The near cache in front of claim and behind complete (lib/guard/guard_lua.c) ---- */
 

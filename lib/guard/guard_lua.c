@@ -1009,6 +1009,31 @@ int wxg__guard_script_fail(wxg__guard_redis_t *rg, const wxg_guard_failure_t *it
                              &rg->stats->failed);
 }
 
+/* repair (lib/guard/lua/repair.lua) */
+
+static int fill_repair(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, size_t i, const void *ctx)
+{
+    const wxg__guard_repair_t *r = &((const wxg__guard_repair_t *)ctx)[i];
+    wxg__guard_item_t *it = &b->items[i];
+    int rc = ticket_item(rg, it, r->t);
+    if (rc)
+        return rc;
+    int tl = snprintf(it->tag, sizeof it->tag, "%d", r->t->payload_tag);
+    item_arg(it, 0, it->k.field, it->k.field_len);
+    item_arg(it, 1, r->tb, strlen(r->tb));
+    item_arg(it, 2, r->left, strlen(r->left));
+    item_arg(it, 3, r->before, strlen(r->before));
+    item_arg(it, 4, it->tag, (size_t)tl);
+    return 0;
+}
+
+int wxg__guard_script_repair(wxg__guard_redis_t *rg, const wxg__guard_repair_t *r, size_t n,
+                             int *results)
+{
+    return ticket_transition(rg, WXG__S_REPAIR, n, 5, fill_repair, r, NULL, 0, results,
+                             &rg->stats->completed);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The operations table of the Lua design: every transition a script
  */

@@ -23,14 +23,14 @@
  *              pointer 'R' (a takeover, a failure, a release: the scripts never leave an
  *              in-flight value to another owner) makes HINCRBY fail and change nothing; the
  *              script then decides. Any other result means the field held something else (the
- *              marker of a retried complete, or nothing): the increment is undone, or the
- *              missing marker written, in a second round trip, and the answer is ALREADY_DONE,
- *              LEASE_LOST or OK accordingly. A complete retried after attempts whose answers
- *              were lost, or whose WAIT fell short, finds what those attempts' increments left
- *              (the marker plus some deltas, or deltas on an empty field) and writes the marker
- *              over it (complete_kind); a WAIT that fell short still gets its repairs. As with
- *              the script, a lease that ran out without a takeover still completes: the field
- *              still holds this claim's value.
+ *              marker of a retried complete, nothing, another claim's value after a purge or
+ *              lost data): lib/guard/lua/repair.lua undoes the increment or writes the marker,
+ *              only if the field still holds what the increment left, and answers
+ *              ALREADY_DONE, LEASE_LOST or OK accordingly. Whatever an increment leaves reads
+ *              as DONE (a spent value) until then, so a repair that never arrives leaves no
+ *              message unclaimable (complete_repair). A WAIT that fell short still gets its
+ *              repairs. As with the script, a lease that ran out without a takeover still
+ *              completes: the field still holds this claim's value.
  *   plugin_done HGET <the claim's bucket> <field>, HSETNX <sub-marker hash> <plugin> <result>,
  *              PEXPIRE NX and GT: the first result of a plugin stays, the TTL of a FAILED
  *              message's hash is never shortened, and the HGET tells whether the message was
@@ -303,13 +303,14 @@ static int is_marker(const char *s, size_t len)
     return 1;
 }
 
-/* A spent value: a negative integer below every marker, which only a complete's increments
- * leave (lib/guard/guard_record.def). The message was completed; its payload tag is unknown. */
+/* A spent value: an integer that is neither a marker nor an in-flight value, which only a
+ * complete's increments leave (lib/guard/guard_record.def). The message was completed; its
+ * payload tag is unknown. Called after inflight_lease() said no. */
 static int is_spent(const char *s, size_t len)
 {
-    if (len <= 6 || s[0] != '-')
+    if (len <= 6)
         return 0;
-    for (size_t i = 1; i < len; i++) {
+    for (size_t i = s[0] == '-' ? 1 : 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return 0;
     }
@@ -633,6 +634,8 @@ typedef struct nstep {
     char arg[24];
     int64_t value; /* the claim's in-flight value */
     size_t at;     /* its first command's index in the pipe */
+    /* complete: what its HINCRBY left ("" when it changed nothing) and found, for the repair */
+    char left[24], before[24];
 } nstep_t;
 
 /* The sub-markers of the tickets that may take a native step (native[i] = 1); the others, and
@@ -780,31 +783,19 @@ static void defer_deletion(wxg__guard_redis_t *rg, const wxg__guard_keys_t *k)
 }
 
 /* What a native complete's HINCRBY found: done, a pointer (the script decides), or a field
- * that held something else and needs its repair in a second round trip: a marker or another
- * value (the increment is undone), nothing (the marker is written), or what only earlier
- * attempts of this complete leave (below: the marker is written over it). */
-enum { NC_OK, NC_POINTER, NC_UNDO_DONE, NC_UNDO_LOST, NC_WRITE, NC_REWRITE };
+ * that held something else and needs the second step, lib/guard/lua/repair.lua. */
+enum { NC_OK, NC_POINTER, NC_REPAIR };
 
-/* Classifies the field's value before this HINCRBY of delta = tag - value. A complete whose
- * answer never came (a timeout, a lost connection) or whose WAIT fell short is retried by its
- * caller, and every attempt that reached Redis added delta: on this claim's value that is the
- * marker and then marker + j * delta, on an empty field j * delta. Any such value is negative
- * and below every marker: a spent value (lib/guard/guard_record.def), which only a complete, i.e.
- * after every plugin ran, leaves. It is written over with the marker (NC_REWRITE, answered
- * ALREADY_DONE), as is a field so far along that the increment would overflow. */
-static int complete_kind(long long before, long long value)
-{
-    if (before == value)
-        return NC_OK;
-    if (before == 0)
-        return NC_WRITE;
-    if (before >= -32768 && before <= 32767)
-        return NC_UNDO_DONE;
-    if (before < -32768)
-        return NC_REWRITE;
-    return NC_UNDO_LOST;
-}
-
+/* Why a repair is a script: the field held something other than this claim's value, so the
+ * increment has to be undone (a marker, another claim's value), or the marker written (nothing,
+ * a spent value), but only if nobody changed the field meanwhile. A complete whose answer never
+ * came (a timeout, a lost connection) or whose WAIT fell short is retried by its caller, and
+ * every attempt that reached Redis added delta = tag - value: on this claim's value that is the
+ * marker and then marker + j * delta, on an empty field j * delta, all spent values; a stale
+ * owner's increment on another claim's in-flight value (after a purge or lost data) leaves a
+ * positive value shorter than an in-flight one, spent as well (lib/guard/guard_record.def).
+ * Each of them reads as DONE to every claim, so that none of them can leave a message
+ * unclaimable when the repair never arrives; the script writes the marker over them. */
 /* The HINCRBY of each native ticket: tag - value onto the field. */
 static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
                            const char *native, nstep_t *st, int *kind, int64_t tb)
@@ -847,72 +838,57 @@ static int complete_round1(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
             kind[i] = NC_POINTER;
             continue;
         }
-        if (would_overflow(r)) {
-            kind[i] = NC_REWRITE;
-            continue;
-        }
+        kind[i] = NC_REPAIR;
+        if (would_overflow(r))
+            continue; /* nothing changed: left stays "" */
         if (r->type != REDIS_REPLY_INTEGER) {
             wxg__guard_set_error(rg->handle, "unexpected HINCRBY reply");
             rc = WXG_EREDIS;
             break;
         }
-        long long delta = t[i].payload_tag - st[i].value;
-        kind[i] = complete_kind(r->integer - delta, st[i].value);
+        long long delta = t[i].payload_tag - st[i].value, before = r->integer - delta;
+        if (before == st[i].value) {
+            kind[i] = NC_OK;
+            continue;
+        }
+        snprintf(st[i].left, sizeof st[i].left, "%lld", r->integer);
+        snprintf(st[i].before, sizeof st[i].before, "%lld", before);
     }
     npipe_free(&p);
     return rc;
 }
 
-/* The second round trip for the fields HINCRBY found holding something else: a marker or
- * another value gets the increment undone; an empty field gets the marker (and its bucket the
- * expiry a new bucket needs). */
+/* The second step for the fields HINCRBY found holding something else, by script: results[]
+ * of those tickets, counted there. */
 static int complete_repair(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, size_t n,
-                           nstep_t *st, const int *kind, int64_t tb)
+                           nstep_t *st, const int *kind, int64_t tb, int *results)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        m += kind[i] >= NC_UNDO_DONE;
+        m += kind[i] == NC_REPAIR;
     if (m == 0)
         return 0;
-    npipe_t p;
-    int rc = npipe_init(&p, 2 * m);
-    if (rc)
-        return rc;
-    p.writes = 1;
-    int acks = 0; /* WXG_EREPLICAS from a part: the rest is still sent */
-    char expire_at[24], tags[64][8];
-    snprintf(expire_at, sizeof expire_at, "%lld",
-             (long long)((tb + 1) * rg->geom.bucket_ms + rg->geom.retention_ms));
-    for (size_t i = 0, j = 0; i < n; i++) {
-        size_t bl = strlen(st[i].bucket);
-        if (kind[i] == NC_UNDO_DONE || kind[i] == NC_UNDO_LOST) {
-            snprintf(st[i].arg, sizeof st[i].arg, "%lld",
-                     (long long)(st[i].value - t[i].payload_tag));
-            npipe_add(&p, 4, "HINCRBY", 7, st[i].bucket, bl, (const char *)st[i].k.field,
-                      st[i].k.field_len, st[i].arg, strlen(st[i].arg));
-        } else if (kind[i] == NC_WRITE || kind[i] == NC_REWRITE) {
-            char *tag = tags[j++ % 64];
-            int tl = snprintf(tag, 8, "%d", t[i].payload_tag);
-            npipe_add(&p, 4, "HSET", 4, st[i].bucket, bl, (const char *)st[i].k.field,
-                      st[i].k.field_len, tag, (size_t)tl);
-            npipe_add(&p, 4, "PEXPIREAT", 9, st[i].bucket, bl, expire_at, strlen(expire_at), "NX",
-                      2);
-            if (j % 64 == 0) {
-                /* The tags' buffer is reused: send what refers to it first. */
-                rc = npipe_run(rg, &p);
-                npipe_free(&p);
-                if (rc == WXG_EREPLICAS)
-                    acks = rc, rc = 0;
-                if (rc || (rc = npipe_init(&p, 2 * m)) != 0)
-                    return rc;
-                p.writes = 1;
-            }
-        }
+    wxg__guard_repair_t *r = calloc(m, sizeof *r);
+    int *res = calloc(m, sizeof *res);
+    int rc = r && res ? 0 : WXG_ENOMEM;
+    for (size_t i = 0, j = 0; i < n && rc == 0; i++) {
+        if (kind[i] != NC_REPAIR)
+            continue;
+        r[j].t = &t[i];
+        snprintf(r[j].tb, sizeof r[j].tb, "%lld", (long long)tb);
+        memcpy(r[j].left, st[i].left, sizeof r[j].left);
+        memcpy(r[j].before, st[i].before, sizeof r[j].before);
+        j++;
     }
-    if (p.n > 0)
-        rc = npipe_run(rg, &p);
-    npipe_free(&p);
-    return rc ? rc : acks;
+    if (rc == 0)
+        rc = wxg__guard_script_repair(rg, r, m, res);
+    for (size_t i = 0, j = 0; i < n && rc == 0; i++) {
+        if (kind[i] == NC_REPAIR)
+            results[i] = res[j++];
+    }
+    free(r);
+    free(res);
+    return rc;
 }
 
 /* Completes natively the tickets that may (native[i] = 1), turning the ones whose field held
@@ -926,32 +902,23 @@ static int complete_native(wxg__guard_redis_t *rg, const wxg_guard_ticket_t *t, 
     if (rc == 0)
         rc = complete_round1(rg, t, n, native, st, kind, tb);
     if (rc == 0 || rc == WXG_EREPLICAS) {
-        int repaired = complete_repair(rg, t, n, st, kind, tb);
+        int repaired = complete_repair(rg, t, n, st, kind, tb, results);
         if (repaired != 0)
             rc = repaired;
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!native[i])
             continue;
-        switch (kind[i]) {
-        case NC_POINTER:
+        if (kind[i] == NC_POINTER) {
             native[i] = 0;
             continue;
-        case NC_UNDO_DONE:
-        case NC_REWRITE:
-            results[i] = WXG_GUARD_ALREADY_DONE;
-            rg->stats->already_done++;
-            continue;
-        case NC_UNDO_LOST:
-            results[i] = WXG_GUARD_LEASE_LOST;
-            rg->stats->lease_lost++;
-            continue;
-        default:
+        }
+        if (kind[i] == NC_OK) {
             results[i] = WXG_GUARD_OK;
             rg->stats->completed++;
-            if (wrote_take(native_of(rg), st[i].fp))
-                defer_deletion(rg, &st[i].k);
         }
+        if (results[i] == WXG_GUARD_OK && wrote_take(native_of(rg), st[i].fp))
+            defer_deletion(rg, &st[i].k);
     }
     free(st);
     free(kind);

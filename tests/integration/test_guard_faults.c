@@ -1164,6 +1164,179 @@ static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claime
     proxy_stop(&p);
 }
 
+/* Claims `key` with g, expecting `outcome`; returns the claim (clear it). */
+static wxg_guard_claim_t claim_expect(wxg_guard_t *g, const char *key, wxg_guard_outcome_t outcome)
+{
+    wxg_guard_claim_t c;
+    int rc, fails = 0;
+    RETRY(rc, fails, wxg_guard_claim(g, key, strlen(key), NULL, &c));
+    assert_int_equal(rc, 0);
+    if (c.outcome != outcome)
+        fail_msg("%s: claim answered %d (lease left %lld ms), expected %d", key, c.outcome,
+                 (long long)c.lease_ms_left, outcome);
+    return c;
+}
+
+/* A stale owner S (through a proxy) and a new owner N (straight to the server) of one message:
+ * S claimed it, its lease ended, an operator purged it, and N claimed it again. */
+typedef struct stale_owner {
+    proxy p;
+    wxg_guard_conf_t c;
+    wxg_guard_t *stale, *direct;
+    wxg_guard_claim_t s, n;
+} stale_owner;
+
+static void stale_owner_start(const fixture *f, stale_owner *so, int command_timeout_ms)
+{
+    proxy_start(&so->p, f->redis.port);
+    so->c = f->conf;
+    so->c.command_timeout_ms = command_timeout_ms;
+    so->c.connect_timeout_ms = 3000 * wxg_test_scale();
+    so->c.lease_ms = 400;
+    wxg_guard_conf_t cp = so->c;
+    cp.port = so->p.port;
+    so->stale = gt_open(&cp);
+    so->direct = gt_open(&so->c);
+}
+
+static void stale_owner_purged_and_reclaimed(stale_owner *so, const char *key)
+{
+    so->s = claim_expect(so->stale, key, WXG_GUARD_CLAIMED);
+    usleep((useconds_t)(so->c.lease_ms + 100) * 1000);
+    int purged = 0;
+    assert_int_equal(wxg_guard_purge(so->direct, key, strlen(key), &purged), 0);
+    assert_int_equal(purged, 1);
+    so->n = claim_expect(so->direct, key, WXG_GUARD_CLAIMED);
+}
+
+static void stale_owner_stop(stale_owner *so)
+{
+    wxg_guard_destroy(so->stale);
+    wxg_guard_destroy(so->direct);
+    proxy_stop(&so->p);
+}
+
+/* Finding: a purge of an expired claim, a new owner N, and the old owner S, still alive,
+ * completing late. Natively S's increment lands on N's value; its connection is cut before the
+ * repair. The field then held the sum of two claims' values, which nothing recognised: every
+ * claim answered BUSY until the time bucket expired (days), N's complete was LEASE_LOST, inspect
+ * said ABSENT and a second purge deleted nothing. Now what S's increment leaves reads as DONE
+ * (S ran every plugin before completing): a claim is a duplicate, N's complete ends done, and
+ * the message stays DONE whether N finishes or dies. The Lua design's complete is one script
+ * that refuses S and leaves nothing to repair: N holds the message until it completes or its
+ * lease ends, and then it is claimed again. Either way no message is left unclaimable. */
+static void a_stale_owners_complete_cut_after_a_purge_leaves_no_message_stuck(void **state)
+{
+    fixture *f = *state;
+    int native = f->conf.design != WXG_GUARD_DESIGN_LUA;
+    stale_owner so;
+    stale_owner_start(f, &so, 3000 * wxg_test_scale());
+    const char *keys[2] = {"bot:n:purged-finished", "bot:n:purged-abandoned"};
+    for (int k = 0; k < 2; k++) {
+        const char *key = keys[k];
+        stale_owner_purged_and_reclaimed(&so, key);
+        proxy_arm(&so.p, CUT_REPLIES);
+        int rc = wxg_guard_complete(so.stale, &so.s.ticket, NULL);
+        assert_int_equal(proxy_get(&so.p, &so.p.cuts), k + 1);
+        assert_int_equal(rc, WXG_ECONN);
+
+        /* While N lives, nobody else runs the message. */
+        wxg_guard_claim_t x =
+            claim_expect(so.direct, key, native ? WXG_GUARD_DUPLICATE : WXG_GUARD_BUSY);
+        wxg_guard_claim_clear(&x);
+        if (k == 0) {
+            int already = -1;
+            rc = wxg_guard_complete(so.direct, &so.n.ticket, &already);
+            if (rc != 0)
+                fail_msg("the new owner's complete: %s", wxg_err_name(rc));
+            assert_int_equal(already, native);
+        } else {
+            /* N died: once its lease ended the message is DONE (natively: S completed it) or
+             * claimable again, never BUSY. */
+            usleep((useconds_t)(so.c.lease_ms + 100) * 1000);
+            x = claim_expect(so.direct, key, native ? WXG_GUARD_DUPLICATE : WXG_GUARD_CLAIMED);
+            if (!native)
+                assert_int_equal(wxg_guard_complete(so.direct, &x.ticket, NULL), 0);
+            wxg_guard_claim_clear(&x);
+        }
+        wxg_guard_record_t *rec = NULL;
+        assert_int_equal(wxg_guard_inspect(so.direct, key, strlen(key), NULL, &rec), 0);
+        assert_int_equal(rec->state, WXG_GUARD_DONE);
+        wxg_guard_record_free(rec);
+        /* S, retried, finds the message done, and leaves it so. */
+        int already = -1, fails = 0;
+        RETRY(rc, fails, wxg_guard_complete(so.stale, &so.s.ticket, &already));
+        assert_int_equal(rc, 0);
+        assert_int_equal(already, 1);
+        x = claim_expect(so.direct, key, WXG_GUARD_DUPLICATE);
+        wxg_guard_claim_clear(&x);
+        wxg_guard_claim_clear(&so.s);
+        wxg_guard_claim_clear(&so.n);
+    }
+    stale_owner_stop(&so);
+}
+
+typedef struct late_complete {
+    wxg_guard_t *g;
+    const wxg_guard_ticket_t *t;
+    int rc, already;
+} late_complete;
+
+static void *late_complete_main(void *arg)
+{
+    late_complete *l = arg;
+    l->rc = wxg_guard_complete(l->g, l->t, &l->already);
+    return NULL;
+}
+
+/* The same purge and stale owner S, without a cut: each of S's commands is held by the proxy,
+ * and the new owner N completes between S's increment and S's repair. N's complete found the
+ * sum of two values and was refused (LEASE_LOST), and S's repair, undoing blindly, could then
+ * land on whatever N's complete had left. Now N's complete ends done, S's repair changes
+ * nothing it did not leave, and the message is a duplicate after both. */
+static void a_new_owners_complete_between_a_stale_owners_two_round_trips_ends_done(void **state)
+{
+    fixture *f = *state;
+    int native = f->conf.design != WXG_GUARD_DESIGN_LUA;
+    int hold = 500 * wxg_test_scale();
+    stale_owner so;
+    stale_owner_start(f, &so, 4 * hold + 3000);
+    const char *key = "bot:n:purged-raced";
+    stale_owner_purged_and_reclaimed(&so, key);
+    /* The connection is open already: nothing but S's complete passes the proxy from here. */
+    assert_int_equal(wxg_guard_ping(so.stale), 0);
+    pthread_mutex_lock(&so.p.mu);
+    so.p.delay_ms = hold;
+    pthread_mutex_unlock(&so.p.mu);
+    late_complete l = {.g = so.stale, .t = &so.s.ticket, .already = -1};
+    pthread_t th;
+    int64_t start = wxg_test_now_ms();
+    assert_int_equal(pthread_create(&th, NULL, late_complete_main, &l), 0);
+    /* S's increment reaches Redis after one hold, its repair (natively) after two. */
+    while (wxg_test_now_ms() < start + hold + hold / 2)
+        usleep(10000);
+    int already = -1;
+    int rc = wxg_guard_complete(so.direct, &so.n.ticket, &already);
+    if (rc != 0)
+        fail_msg("the new owner's complete: %s", wxg_err_name(rc));
+    assert_int_equal(already, native);
+    pthread_join(th, NULL);
+    pthread_mutex_lock(&so.p.mu);
+    so.p.delay_ms = 0;
+    pthread_mutex_unlock(&so.p.mu);
+    if (native) {
+        assert_int_equal(l.rc, 0);
+        assert_int_equal(l.already, 1);
+    } else {
+        assert_int_equal(l.rc, WXG_ELEASELOST);
+    }
+    wxg_guard_claim_t x = claim_expect(so.direct, key, WXG_GUARD_DUPLICATE);
+    wxg_guard_claim_clear(&x);
+    wxg_guard_claim_clear(&so.s);
+    wxg_guard_claim_clear(&so.n);
+    stale_owner_stop(&so);
+}
+
 static void a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothing(void **state)
 {
     fixture *f = *state;
@@ -1275,6 +1448,11 @@ int main(void)
             teardown),
         cmocka_unit_test_setup_teardown(
             a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_stale_owners_complete_cut_after_a_purge_leaves_no_message_stuck, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_new_owners_complete_between_a_stale_owners_two_round_trips_ends_done, setup,
+            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,10 +87,20 @@ local function is_pointer(v)
   return v == 'R'
 end
 
--- A spent value: a negative integer below every marker, which only a native complete's
--- increments leave (lib/guard/guard_record.def). The message was completed; its tag is unknown.
+-- A spent value: an integer that is neither a marker nor an in-flight value, which only a
+-- native complete's increments leave (lib/guard/guard_record.def): negative below every
+-- marker on an empty field, a marker or a spent value; positive and shorter than an in-flight
+-- value on another claim's in-flight value (a stale owner's complete after a purge or lost
+-- data, whose repair never ran). A complete runs after every plugin ran, so the message was
+-- completed; its tag is unknown.
 local function is_spent(v)
-  return #v > 6 and string.find(v, '^%-%d+$') ~= nil
+  if #v <= 6 then
+    return false
+  end
+  if #v < FENCE_MIN_DIGITS + OWNER_DIGITS then
+    return string.find(v, '^%-?%d+$') ~= nil
+  end
+  return string.find(v, '^%-%d+$') ~= nil
 end
 
 -- A DONE marker is a payload tag: an integer of at most six characters ('-32768'); a spent

@@ -73,10 +73,10 @@ for i = 1, #KEYS / KPM do
       res = {1, fence, 2, plugins_of(plugins_key(i))}
     end
   elseif not is_pointer(v) then
-    -- Neither a marker, a spent or in-flight value nor a pointer: a native complete's
-    -- increment on another claim's value, caught before its undo (lib/guard/guard_native.c). Never
-    -- acknowledged: retried a moment later.
-    res = {3, 50}
+    -- Neither a marker, a spent or in-flight value nor a pointer: not written by this layout
+    -- (every integer a native complete leaves is one of those). Never acknowledged: BUSY, and
+    -- the admin tool's purge deletes it (lib/guard/lua/purge.lua).
+    res = {3, 1000}
   else
     local rk = record_key(i)
     local old = redis.call('GET', rk)

@@ -1,5 +1,5 @@
 -- purge: an operator deletes the in-flight state of one message (its record, its sub-markers,
--- and its field when that is not a DONE marker). DONE markers stay.
+-- and its field when that is not DONE). DONE markers and spent values stay.
 --
 -- KEYS      the message's KPM keys (see _record.lua)
 -- ARGV[1..4] NB, TB_HI, bucket width ms, DONE retention ms; ARGV[5] the marker field
@@ -25,7 +25,9 @@ if v and is_pointer(v) and f and f[F_ST] == 'P' and (tonumber(f[F_LEASE]) or 0) 
   return -1
 end
 local n = redis.call('DEL', rk, plugins_key(1))
-if v and (is_inflight(v) or is_pointer(v)) then
+-- Any field that is not DONE goes: an in-flight value, a pointer, or a value this layout does
+-- not write (claims answer BUSY on it until it is purged).
+if v and not is_done(v) then
   n = n + redis.call('HDEL', bucket_key(1, b), field)
 end
 return n > 0 and 1 or 0
