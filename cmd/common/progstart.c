@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "wxguard/log.h"
+#include "wxguard/metrics.h"
 
 const char *prog_nonempty(const char *s)
 {
@@ -100,4 +101,21 @@ wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program
         wxg_log(WXG_LOG_WARN, "config_warning", WXG_LS("detail", wxg_conf_warning(conf, i)));
     *exit_code = 0;
     return conf;
+}
+
+wxg_metrics_t *prog_metrics(const char *prog)
+{
+    wxg_metrics_t *m = wxg_metrics_new();
+    if (!m)
+        return NULL;
+    wxg_metrics_add_process(m);
+    wxg_metric_t *info =
+        wxg_metrics_gauge(m, "wxg_build_info", "The program and its version; always 1.", "program",
+                          prog, "version", WXG_VERSION_STRING, NULL);
+    if (!info) {
+        wxg_metrics_free(m);
+        return NULL;
+    }
+    wxg_gauge_set(info, 1);
+    return m;
 }

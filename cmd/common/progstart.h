@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "wxguard/conf.h"
+#include "wxguard/metrics.h"
 
 /* Exit statuses shared by the programs (each one's --help lists them). */
 #define PROG_EXIT_FATAL 1 /* a fatal error */
@@ -33,6 +34,11 @@ wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program
  * process-wide log settings; prog_start does it, and so does a program that loads its
  * configuration otherwise (wxguardctl). Before threads start. */
 void prog_setup_log(const wxg_conf_t *conf);
+
+/* A program's metrics registry: the process families and wxg_build_info{program, version} = 1,
+ * so that a dashboard tells which version each replica runs. NULL when out of memory; the
+ * caller frees it with wxg_metrics_free. */
+wxg_metrics_t *prog_metrics(const char *prog);
 
 /* s, or NULL when s is NULL or empty: optional string keys default to "". */
 const char *prog_nonempty(const char *s);

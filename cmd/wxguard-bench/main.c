@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "wxguard/common.h"
 
 typedef struct subcommand {
     const char *name;
@@ -77,7 +78,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: wxguard-bench <subcommand> [options]\n\nsubcommands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
-    fprintf(f, "\n'wxguard-bench <subcommand> --help' describes its options.\n");
+    fprintf(f, "\n'wxguard-bench <subcommand> --help' describes its options;\n"
+               "'wxguard-bench --version' prints the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -85,6 +87,10 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("wxguard-bench %s\n", WXG_VERSION_STRING);
+        return 0;
     }
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
         if (strcmp(argv[1], subcommands[i].name) == 0)

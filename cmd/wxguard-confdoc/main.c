@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wxguard/common.h"
 #include "wxguard/conf.h"
 
 static const struct {
@@ -245,6 +246,10 @@ out:
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+        printf("wxguard-confdoc %s\n", WXG_VERSION_STRING);
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "--check") == 0)
         return check(argv[2]);
     if (argc == 3 && strcmp(argv[1], "-o") == 0) {
@@ -264,6 +269,6 @@ int main(int argc, char **argv)
         write_reference(stdout);
         return fflush(stdout) == 0 ? 0 : 1;
     }
-    fprintf(stderr, "usage: wxguard-confdoc [-o FILE | --check FILE]\n");
+    fprintf(stderr, "usage: wxguard-confdoc [-o FILE | --check FILE | --version]\n");
     return 2;
 }

@@ -217,13 +217,12 @@ int main(int argc, char **argv)
     cc.guard = &gc;
     cc.chain = chain;
     cc.dlq = dlq;
-    metrics = wxg_metrics_new();
+    metrics = prog_metrics("wxguard-consumer");
     if (!metrics) {
         rd_kafka_conf_destroy(kconf);
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", "out of memory"));
         goto out;
     }
-    wxg_metrics_add_process(metrics);
     cc.metrics = metrics;
 
     struct sigaction sa;

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "progclock.h"
+#include "wxguard/common.h"
 
 #define EXIT_USAGE   2
 #define EXIT_STARTUP 3
@@ -75,7 +76,8 @@ static void usage(FILE *out)
             "  -c, --control PATH       also accept commands on a Unix socket at PATH\n"
             "  -n, --no-stdin           do not read commands from stdin\n"
             "  -v, --verbose            librdkafka's mock logs on stderr\n"
-            "  -h, --help               this text\n\n"
+            "  -h, --help               this text\n"
+            "  -V, --version            the version\n\n"
             "The first line on stdout is the bootstrap address (127.0.0.1:port,...). Runs until\n"
             "SIGTERM or SIGINT. Commands, one per line, each answered 'ok' or 'error: ...':\n"
             "  topic NAME PARTS [RF]               create a topic\n"
@@ -444,6 +446,7 @@ int main(int argc, char **argv)
         {"no-stdin", no_argument, NULL, 'n'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     long long brokers = 3;
@@ -451,7 +454,7 @@ int main(int argc, char **argv)
     int ntopics = 0, use_stdin = 1, verbose = 0;
     const char *bootstrap_file = NULL, *control = NULL;
     int o;
-    while ((o = getopt_long(argc, argv, "b:t:f:c:nvh", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "b:t:f:c:nvhV", opts, NULL)) != -1) {
         switch (o) {
         case 'b':
             if (parse_int(optarg, 1, 32, &brokers)) {
@@ -481,6 +484,10 @@ int main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
+            return 0;
+        case 'V':
+            printf("wxguard-devbroker %s (librdkafka %s)\n", WXG_VERSION_STRING,
+                   rd_kafka_version_str());
             return 0;
         default:
             usage(stderr);

@@ -75,13 +75,12 @@ int main(int argc, char **argv)
     char err[512] = "";
     int status = EXIT_STARTUP;
     wxg_ingest_t *in = NULL;
-    wxg_metrics_t *metrics = wxg_metrics_new();
+    wxg_metrics_t *metrics = prog_metrics("wxguard-ingest");
     if (!metrics) {
         fprintf(stderr, "wxguard-ingest: out of memory\n");
         status = EXIT_FATAL;
         goto out;
     }
-    wxg_metrics_add_process(metrics);
     in = wxg_ingest_new(conf, metrics, err, sizeof err);
     if (!in) {
         wxg_log(WXG_LOG_ERROR, "start_failed", WXG_LS("reason", err));

@@ -16,9 +16,17 @@
 #define WXG_EXPORT
 #endif
 
-#define WXG_VERSION_MAJOR  0
-#define WXG_VERSION_MINOR  1
-#define WXG_VERSION_PATCH  0
-#define WXG_VERSION_STRING "0.1.0"
+/* The release's version, in this one place: CMakeLists.txt reads these three lines for the
+ * project's version (the packages', the pkg-config file's), and every program prints
+ * WXG_VERSION_STRING for --version and in its wxg_build_info metric. CHANGELOG.md says what
+ * each version changed for an operator. */
+#define WXG_VERSION_MAJOR 0
+#define WXG_VERSION_MINOR 2
+#define WXG_VERSION_PATCH 0
+
+#define WXG__STR(x)  #x
+#define WXG__XSTR(x) WXG__STR(x)
+#define WXG_VERSION_STRING \
+    WXG__XSTR(WXG_VERSION_MAJOR) "." WXG__XSTR(WXG_VERSION_MINOR) "." WXG__XSTR(WXG_VERSION_PATCH)
 
 #endif /* WXGUARD_COMMON_H */

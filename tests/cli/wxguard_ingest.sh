@@ -22,6 +22,14 @@ fail() {
 }
 
 # GET <port> <path>: prints the status code (bash's /dev/tcp, no client needed).
+# The body of GET $2 on port $1 (HTTP/1.1 with Connection: close; headers included).
+http_body() {
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" >&3
+  timeout 5 cat <&3
+  exec 3<&-
+}
+
 http_status() {
   local line
   exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
@@ -79,6 +87,9 @@ else
   [ "$(http_status "$ops" /healthz)" = 200 ] || fail "/healthz is not 200 on the operations port"
   [ "$(http_status "$ops" /readyz)" = 503 ] || fail "/readyz is not 503 without Kafka"
   [ "$(http_status "$ops" /metrics)" = 200 ] || fail "/metrics is not 200 on the operations port"
+  version=$("$bin" --version | awk '{print $2}')
+  http_body "$ops" /metrics | grep -q "^wxg_build_info{program=\"wxguard-ingest\",version=\"$version\"} 1" ||
+    fail "no wxg_build_info for version $version in /metrics"
   for p in /healthz /readyz /metrics; do
     [ "$(http_status "$port" $p)" = 404 ] || fail "$p is not 404 on the callback port"
   done

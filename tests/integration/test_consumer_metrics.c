@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 
 #include "consumertest.h"
+#include "wxguard/common.h"
 #include "testenv.h"
 #include "testhttp.h"
 
@@ -298,6 +299,10 @@ static void an_idle_replica_notices_a_redis_outage_through_its_probe(void **stat
     assert_int_equal(wxg_test_http_get(port, "/metrics", &metrics), 200);
     assert_true(wxg_test_metric_sample(metrics, "process_resident_memory_bytes") > 0);
     assert_true(wxg_test_metric_sample(metrics, "process_open_fds") > 0);
+    char info[128];
+    snprintf(info, sizeof info, "wxg_build_info{program=\"wxguard-consumer\",version=\"%s\"}",
+             WXG_VERSION_STRING);
+    assert_true(wxg_test_metric_sample(metrics, info) == 1);
     free(metrics);
 
     /* No message is in flight, so only the probe can see this. */
