@@ -185,6 +185,21 @@ def check_ingest_k8s(where, dep, services, props):
                         f"publishes the operations port {ops_port} beside the callback port")
 
 
+def project_version(root):
+    """The version in include/wxguard/common.h, its one place."""
+    with open(os.path.join(root, "include/wxguard/common.h"), encoding="utf-8") as f:
+        parts = dict(re.findall(r"^#define WXG_VERSION_(MAJOR|MINOR|PATCH) (\d+)$", f.read(), re.M))
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
+
+
+def check_image(where, image, version):
+    """A wxguard image is named after its program and tagged with the version the build
+    stamps (deploy/README.md: how to build and push it)."""
+    name, _, tag = (image or "").partition(":")
+    if name.rsplit("/", 1)[-1] in ("wxguard-consumer", "wxguard-ingest") and tag != version:
+        problem(where, f"image {image} is not tagged {version}, the version the build produces")
+
+
 def check_k8s(root, drain_ms):
     kdir = os.path.join(root, "deploy/k8s")
     objs = []
@@ -234,6 +249,7 @@ def check_k8s(root, drain_ms):
             problem(where, "no containers")
         for c in containers:
             cw = f"{where} container {c.get('name')}"
+            check_image(cw, c.get("image"), project_version(root))
             ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
             for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
                 p = (c.get(probe) or {}).get("httpGet")
@@ -441,24 +457,37 @@ def check_grafana(root, known):
 
 
 def check_systemd(root, drain_ms):
-    path = os.path.join(root, "deploy/systemd/wxguard-consumer@.service")
-    with open(path, encoding="utf-8") as f:
-        lines = [l.strip() for l in f if l.strip() and not l.startswith("#")]
-    kv = {}
-    for l in lines:
-        k, sep, v = l.partition("=")
-        if sep:
-            kv.setdefault(k, []).append(v)
-    want = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes",
-            "ProtectHome": "yes", "CapabilityBoundingSet": ""}
-    for k, v in want.items():
-        if v not in kv.get(k, []):
-            problem(path, f"{k}={v} missing")
-    if "yes" not in kv.get("DynamicUser", []) and not kv.get("User"):
-        problem(path, "no dedicated user")
-    stop = kv.get("TimeoutStopSec", [None])[0]
-    if stop is None or duration_ms(stop if not stop.isdigit() else stop + "s") <= drain_ms:
-        problem(path, f"TimeoutStopSec {stop} is not longer than the drain budget")
+    """The units (templates, written with the installed paths by `cmake --install`) run the
+    installed programs, hardened, each with a stop timeout longer than its program's drain."""
+    units = {"wxguard-consumer@.service.in": ("wxguard-consumer", drain_ms),
+             "wxguard-ingest.service.in": ("wxguard-ingest", 4000 + 5000)}
+    for name, (prog, stop_ms) in units.items():
+        path = os.path.join(root, "deploy/systemd", name)
+        if not os.path.exists(path):
+            problem(path, "missing")
+            continue
+        with open(path, encoding="utf-8") as f:
+            lines = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+        kv = {}
+        for l in lines:
+            k, sep, v = l.partition("=")
+            if sep:
+                kv.setdefault(k, []).append(v)
+        want = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes",
+                "ProtectHome": "yes", "CapabilityBoundingSet": ""}
+        for k, v in want.items():
+            if v not in kv.get(k, []):
+                problem(path, f"{k}={v} missing")
+        if "yes" not in kv.get("DynamicUser", []) and not kv.get("User"):
+            problem(path, "no dedicated user")
+        start = kv.get("ExecStart", [""])[0]
+        if not start.startswith(f"@WXG_BINDIR@/{prog} "):
+            problem(path, f"ExecStart does not run the installed {prog}: {start}")
+        if not kv.get("Documentation", [""])[0].startswith("file://@WXG_DOCDIR@/"):
+            problem(path, "Documentation= does not name an installed document")
+        stop = kv.get("TimeoutStopSec", [None])[0]
+        if stop is None or duration_ms(stop if not stop.isdigit() else stop + "s") <= stop_ms:
+            problem(path, f"TimeoutStopSec {stop} is not longer than the drain budget")
 
 
 def check_dockerfile(root):
