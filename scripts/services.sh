@@ -218,16 +218,21 @@ show_log_tail() {
 # server answers there by DEADLINE.
 redis_pid() {
   local info
-  info=$(timeout "$(budget "$2" 2)" redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null) ||
+  info=$(timeout "$(budget "$2" 2)" "$redis_cli" -h 127.0.0.1 -p "$1" info server 2>/dev/null) ||
     return 0
   if [[ $info =~ process_id:([0-9]+) ]]; then
     printf '%s\n' "${BASH_REMATCH[1]}"
   fi
 }
 
+# The server and its cli: redis-server and redis-cli, or what WXG_TEST_REDIS_SERVER and
+# WXG_TEST_REDIS_CLI name (scripts/test.sh's valkey phase runs the suites on valkey-server).
+redis_server=${WXG_TEST_REDIS_SERVER:-redis-server}
+redis_cli=${WXG_TEST_REDIS_CLI:-redis-cli}
+
 start_redis() {
   local dir=$1 envf=$2 attempt port pid start data logf deadline answer why retry
-  command -v redis-server >/dev/null || die "redis-server not found: run scripts/setup.sh"
+  command -v "$redis_server" >/dev/null || die "$redis_server not found: run scripts/setup.sh"
   data=$dir/redis-data
   logf=$dir/redis.log
   rm -rf "$data"
@@ -235,7 +240,7 @@ start_redis() {
   : >"$logf"
   for attempt in 1 2 3; do
     port=$(pick_port) || die "no free port for redis-server"
-    setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$data" --save '' \
+    setsid "$redis_server" --port "$port" --bind 127.0.0.1 --dir "$data" --save '' \
       --appendonly no --daemonize no </dev/null >>"$logf" 2>&1 &
     pid=$!
     start=$(record_proc "$envf" REDIS "$pid")

@@ -2,7 +2,10 @@
 # Installs what a fresh Debian 12 machine lacks to build and test wxguard:
 #   1. the Debian packages listed in scripts/debian-packages.txt (compilers, -dev libraries,
 #      redis-server, a JDK, Maven, ...), running `apt-get update` only when one is missing;
-#   2. the Apache Kafka broker jars from Maven Central (scripts/kafka/pom.xml) into a cache
+#   2. Valkey (valkey-server, valkey-tools) from the release's backports, for the server matrix
+#      (scripts/test.sh's valkey phase), adding the backports suite of the mirror the system
+#      already uses when it is not configured;
+#   3. the Apache Kafka broker jars from Maven Central (scripts/kafka/pom.xml) into a cache
 #      outside version control: $WXG_CACHE_DIR/kafka-libs (default <repo>/.cache/kafka-libs).
 # It is idempotent: a second run checks, finds everything in place, and returns in seconds.
 #
@@ -75,6 +78,43 @@ install_packages() {
   # Recommends stay out: docker-compose would otherwise pull in a container engine.
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     -o DPkg::Lock::Timeout=600 "${missing[@]}"
+}
+
+# Packages from <release>-backports: the server matrix's second server.
+backports_packages=(valkey-server valkey-tools)
+
+install_backports() {
+  local codename uri missing=() pkg
+  for pkg in "${backports_packages[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
+      missing+=("$pkg")
+  done
+  if ((${#missing[@]} == 0)); then
+    log "the backports packages are installed: ${backports_packages[*]}"
+    return 0
+  fi
+  # shellcheck disable=SC1091 # the system's, read at run time
+  codename=$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:-}")
+  [[ -n $codename ]] || die "cannot tell the Debian release (VERSION_CODENAME in /etc/os-release)"
+  # shellcheck disable=SC2016 # apt's own $(FIELD) syntax, not the shell's
+  if ! apt-get indextargets --format '$(RELEASE)' 2>/dev/null | grep -qx "$codename-backports"; then
+    # The mirror that serves the release itself serves its backports too.
+    # shellcheck disable=SC2016 # apt's own $(FIELD) syntax
+    uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null |
+      awk -v r="$codename" '$2 == r { print $1; exit }')
+    [[ -n $uri ]] || die "no configured Debian source serves $codename: cannot add $codename-backports"
+    log "adding $codename-backports from $uri"
+    printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: %s\n' \
+      "$uri" "$codename" /usr/share/keyrings/debian-archive-keyring.gpg |
+      as_root tee /etc/apt/sources.list.d/wxguard-backports.sources >/dev/null
+  fi
+  as_root apt-get update -q
+  local -a targets=()
+  for pkg in "${missing[@]}"; do
+    targets+=("$pkg/$codename-backports")
+  done
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    -o DPkg::Lock::Timeout=600 "${targets[@]}"
 }
 
 check_java() {
@@ -162,6 +202,7 @@ main() {
   t0=$(date +%s)
   [[ -r /etc/debian_version ]] || log "warning: not a Debian system; package names may differ"
   install_packages
+  install_backports
   check_java
   install_kafka_jars
   log "done in $(($(date +%s) - t0)) s"

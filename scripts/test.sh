@@ -7,6 +7,10 @@
 #   test      every test in build/ except the valgrind ones and the fixture self-test: unit,
 #             lint and integration; the integration tests run against a real redis-server and
 #             Kafka broker that the "services" CTest fixture starts once and stops at the end
+#   valkey    the tests labelled valkey in build/ again, against valkey-server and valkey-cli
+#             (from the release's backports, scripts/setup.sh): the guard's suites (native
+#             design: the Lua design's scripts run on the same server code), the connection and
+#             cluster clients, TLS, Sentinel, Cluster, and the consumer suites that exercise Redis
 #   valgrind  every unit test under valgrind memcheck (0 errors, no definite/indirect leaks)
 #   asan      build-asan/ (ASan+UBSan) and the whole suite again, except the lint tests, the
 #             fixture test (scripts/services.sh again, which no build changes) and the soak
@@ -19,7 +23,7 @@
 # Each run writes its phase timings and the ten slowest tests to build/test-times.txt.
 #
 # Usage: scripts/test.sh [--quick] [--fixture] [--skip PHASE[,PHASE...]]
-#   --quick   skip valgrind, asan, tsan and fuzz (a fast local check)
+#   --quick   skip valkey, valgrind, asan, tsan and fuzz (a fast local check)
 #   --fixture only the fixture self-test: scripts/services.sh started and stopped 30 times in a
 #             row, each time checked (tests/fixture/services_cycle.sh; after a change to
 #             scripts/services.sh or the fixture's CMake, not on every run)
@@ -48,10 +52,10 @@ usage() {
 
 while (($#)); do
   case $1 in
-  --quick) skip+=" valgrind asan tsan fuzz " ;;
+  --quick) skip+=" valkey valgrind asan tsan fuzz " ;;
   --fixture)
     fixture_only=1
-    skip+=" format test valgrind asan tsan fuzz "
+    skip+=" format test valkey valgrind asan tsan fuzz "
     ;;
   --skip)
     (($# >= 2)) || usage
@@ -217,6 +221,11 @@ do_test() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -LE 'memcheck|fixture'
 
 do_fixture() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L fixture; }
 
+do_valkey() {
+  WXG_TEST_REDIS_SERVER=valkey-server WXG_TEST_REDIS_CLI=valkey-cli \
+    WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L valkey
+}
+
 do_valgrind() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L memcheck; }
 
 do_asan() {
@@ -246,6 +255,7 @@ fi
 phase build do_build
 phase format do_format
 phase test do_test
+phase valkey do_valkey
 phase valgrind do_valgrind
 phase asan do_asan
 phase tsan do_tsan

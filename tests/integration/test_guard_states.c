@@ -30,6 +30,7 @@ static int setup(void **state)
             sizeof f->prefix);
     f->g = gt_open(&f->conf);
     f->raw = gt_redis(wxg_test_redis_host(), wxg_test_redis_port(), NULL);
+    gt_assert_server(f->raw);
     *state = f;
     return 0;
 }

@@ -239,3 +239,21 @@ void gt_claim_all(wxg_guard_t *g, const wxg_guard_msg_t *msgs, size_t n, wxg_gua
         t[i] = out[i].ticket;
     }
 }
+
+void gt_assert_server(redisContext *c)
+{
+    const char *argv[2] = {"INFO", "server"};
+    redisReply *r = gt_cmd(c, 2, argv);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *bin = wxg_test_redis_server_bin();
+    int want_valkey = strstr(bin, "valkey") != NULL;
+    const char *v = strstr(r->str, "valkey_version:");
+    const char *rv = strstr(r->str, "redis_version:");
+    char line[64] = "";
+    if (v || rv)
+        sscanf(v ? v : rv, "%63[^\r\n]", line);
+    print_message("server: %s (%s)\n", line, bin);
+    if (want_valkey != (v != NULL))
+        fail_msg("the run asked for %s, the server says %s", bin, line);
+    freeReplyObject(r);
+}

@@ -32,6 +32,11 @@ wxg_guard_t *gt_open(const wxg_guard_conf_t *c);
 /* A plain connection (AUTH with `password` when not NULL). */
 redisContext *gt_redis(const char *host, int port, const char *password);
 
+/* Fails the test unless the server behind c is the one the run asked for: Valkey when
+ * WXG_TEST_REDIS_SERVER names valkey-server (the valkey phase), else Redis. Prints its
+ * version. */
+void gt_assert_server(redisContext *c);
+
 /* Runs one command given as an argv of NUL-terminated strings; fails the test on I/O errors. */
 redisReply *gt_cmd(redisContext *c, int argc, const char **argv);
 

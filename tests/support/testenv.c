@@ -241,6 +241,25 @@ int wxg_test_run(const char *const *argv, const char *in, const char *out, const
  * (DBSIZE, the guard's scripts) gets -LOADING. Every step is bounded by a 300 ms socket timeout. */
 static int redis_serves_tls(const wxg_test_redis_t *r, pid_t pid);
 
+/* The server and cli programs: redis-server and redis-cli, or what WXG_TEST_REDIS_SERVER and
+ * WXG_TEST_REDIS_CLI name (a path or a name on PATH), so that one suite runs against another
+ * server of the same protocol (scripts/test.sh's valkey phase: valkey-server, valkey-cli). */
+static const char *redis_program(const char *var, const char *def)
+{
+    const char *v = getenv(var);
+    return v && *v ? v : def;
+}
+
+const char *wxg_test_redis_server_bin(void)
+{
+    return redis_program("WXG_TEST_REDIS_SERVER", "redis-server");
+}
+
+static const char *redis_cli_bin(void)
+{
+    return redis_program("WXG_TEST_REDIS_CLI", "redis-cli");
+}
+
 static int redis_serves(const wxg_test_redis_t *srv, pid_t pid)
 {
     struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
@@ -342,7 +361,7 @@ static int redis_spawn(wxg_test_redis_t *r)
          * until the test's timeout). */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (r->monitors) {
-            execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+            execlp(wxg_test_redis_server_bin(), "redis-server", conf, "--sentinel", (char *)NULL);
             _exit(127);
         }
         const char *argv[64];
@@ -422,7 +441,7 @@ static int redis_spawn(wxg_test_redis_t *r)
             argv[i++] = primary;
         }
         argv[i] = NULL;
-        execvp("redis-server", (char *const *)argv);
+        execvp(wxg_test_redis_server_bin(), (char *const *)argv);
         _exit(127);
     }
     r->pid = pid;
@@ -803,7 +822,7 @@ static int run_redis_cli(const char *dir, const char *const *args)
         for (int i = 0; args[i] && n < 63; i++)
             argv[n++] = args[i];
         argv[n] = NULL;
-        execvp("redis-cli", (char *const *)argv);
+        execvp(redis_cli_bin(), (char *const *)argv);
         _exit(127);
     }
     int64_t end = wxg_test_now_ms() + 60000 * wxg_test_scale();

@@ -160,6 +160,9 @@ int wxg_test_redis_start_tls(wxg_test_redis_t *r, const char *pki, const char *c
 int wxg_test_sentinel_start_tls(wxg_test_redis_t *r, const char *master, int primary_port,
                                 const char *pki);
 
+/* The server program the tests start: redis-server, or what WXG_TEST_REDIS_SERVER names. */
+const char *wxg_test_redis_server_bin(void);
+
 /* Starts redis-server on a free port with persistence off, waits until it answers PING.
  * `password` may be NULL. Returns 0 or -1. */
 int wxg_test_redis_start(wxg_test_redis_t *r, const char *password);
