@@ -138,6 +138,14 @@ def ingest_secret_problem(props, env):
             "(WXG_INGEST_HMAC_SECRET or ingest.hmac.gateways): it would refuse to start")
 
 
+def check_produce_timeout(where, props):
+    """docs/ingest.md: an Official Account callback is given up after 5 s, so a request must be
+    answered (503: retried) before that."""
+    t = duration_ms(props.get("ingest.produce.timeout.ms", "4s"))
+    if t >= 5000:
+        problem(where, f"ingest.produce.timeout.ms is {t} ms: WeChat gives up after 5 s")
+
+
 def check_ingest_k8s(where, dep, services, props):
     """Ingest's probes and scrape annotation use the operations port; no Service publishes it."""
     cb_port, ops_port, both = ingest_ports(props)
@@ -291,6 +299,7 @@ def check_k8s(root, drain_ms):
             for cm in configmaps.values():
                 text = (cm.get("data") or {}).get("ingest.properties") or text
             check_ingest_k8s(where, dep, by_kind.get("Service", []), properties(text or ""))
+            check_produce_timeout(where, properties(text or ""))
         # The consumer's grace period against its drain budget (from its ConfigMap).
         if "consumer" in dep["metadata"]["name"]:
             cm_drain = None
@@ -382,6 +391,7 @@ def check_compose(root, drain_ms):
     ingest = services.get("ingest") or {}
     with open(os.path.join(root, "deploy/config/ingest.properties"), encoding="utf-8") as f:
         iprops = properties(f.read())
+    check_produce_timeout("deploy/config/ingest.properties", iprops)
     env = ingest.get("environment") or {}
     if isinstance(env, list):
         env = dict(e.split("=", 1) for e in env if "=" in e)
