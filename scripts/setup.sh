@@ -6,7 +6,8 @@
 #      (scripts/test.sh's valkey phase), adding the backports suite of the mirror the system
 #      already uses when it is not configured;
 #   3. the Apache Kafka broker jars from Maven Central (scripts/kafka/pom.xml) into a cache
-#      outside version control: $WXG_CACHE_DIR/kafka-libs (default <repo>/.cache/kafka-libs).
+#      outside version control: $WXG_CACHE_DIR/kafka-libs (default <repo>/.cache/kafka-libs);
+#   4. kustomize, built with Go into $WXG_CACHE_DIR/bin, to render the Kubernetes files.
 # It is idempotent: a second run checks, finds everything in place, and returns in seconds.
 #
 # Runs as root (or through sudo when that exists). Environment:
@@ -197,6 +198,24 @@ install_kafka_jars() {
   die "no Kafka version could be fetched (tried: ${cands[*]%%:*})"
 }
 
+# kustomize v5, to render the Kubernetes files in the tests (tests/deploy/test_kustomize.sh):
+# Debian's kubectl is too old for them, so it is built from the Go module proxy with the Go
+# this machine has, into $cache_dir/bin (its module and build caches beside it).
+kustomize_version=v5.7.1
+install_kustomize() {
+  local bin=$cache_dir/bin/kustomize
+  if [[ -x $bin ]] && [[ $("$bin" version 2>/dev/null) == "$kustomize_version"* ]]; then
+    log "kustomize $kustomize_version is in $bin"
+    return 0
+  fi
+  command -v go >/dev/null || die "go not found: it builds kustomize (tests/deploy/test_kustomize.sh)"
+  log "building kustomize $kustomize_version with $(go version | cut -d' ' -f3)"
+  mkdir -p "$cache_dir/bin"
+  GOBIN=$cache_dir/bin GOPATH=$cache_dir/go GOCACHE=$cache_dir/go-build GOFLAGS=-modcacherw \
+    go install "sigs.k8s.io/kustomize/kustomize/v5@$kustomize_version" ||
+    die "kustomize $kustomize_version did not build"
+}
+
 main() {
   local t0
   t0=$(date +%s)
@@ -205,6 +224,7 @@ main() {
   install_backports
   check_java
   install_kafka_jars
+  install_kustomize
   log "done in $(($(date +%s) - t0)) s"
 }
 

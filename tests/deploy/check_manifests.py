@@ -17,6 +17,7 @@ Exit status 0 when everything passes; 1 with one line per problem otherwise.
 import json
 import os
 import re
+import subprocess
 import sys
 
 import yaml
@@ -146,6 +147,71 @@ def check_produce_timeout(where, props):
         problem(where, f"ingest.produce.timeout.ms is {t} ms: WeChat gives up after 5 s")
 
 
+# Environment variables of secrets each program reads (lib/conf.c: the keys' programs); a secret
+# handed to a program that does not use it only widens who can read it.
+PROGRAM_SECRETS = {
+    "consumer": ("WXG_REDIS_", "WXG_PLUGIN__", "WXG_LOG_ID_SALT", "WXG_KAFKA_"),
+    "ingest": ("WXG_INGEST_", "WXG_LOG_ID_SALT", "WXG_KAFKA_"),
+}
+
+
+def check_pod_secrets(where, program, pod, readme, secrets_shipped):
+    """Secrets reach a pod as files of Secret objects the manifests do not ship (a placeholder
+    would start the pods with wrong credentials, and they would crash-loop): every WXG_*__FILE
+    names a mounted file, every Secret is named in deploy/README.md (which says how to create
+    it), and a program gets only secrets it reads."""
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    for c in pod.get("containers") or []:
+        if c.get("envFrom"):
+            problem(where, "envFrom hands a whole Secret or ConfigMap to the program: name each "
+                           "secret as a file (WXG_<KEY>__FILE)")
+        mounts = {m.get("mountPath", "").rstrip("/"): m.get("name")
+                  for m in c.get("volumeMounts") or []}
+        for e in c.get("env") or []:
+            name, value = e.get("name", ""), str(e.get("value") or "")
+            if "secretKeyRef" in (e.get("valueFrom") or {}):
+                problem(where, f"{name} comes from a Secret as a variable, not as a file")
+            if not name.endswith("__FILE"):
+                continue
+            if not any(name.startswith(p) for p in PROGRAM_SECRETS.get(program, ())):
+                problem(where, f"{name}: a secret the {program} does not read")
+            mount = next((m for m in mounts if value.startswith(m + "/")), None)
+            if mount is None:
+                problem(where, f"{name} names {value}, which no volume mounts")
+                continue
+            vol = volumes.get(mounts[mount]) or {}
+            sec = vol.get("secret")
+            if sec is None:
+                problem(where, f"{name} is read from volume {mounts[mount]}, not a Secret")
+                continue
+            sname = sec.get("secretName")
+            if sname in secrets_shipped:
+                problem(where, f"Secret {sname} is shipped with the manifests: a placeholder")
+            if f"`{sname}`" not in readme:
+                problem(where, f"Secret {sname} is not named in deploy/README.md")
+            mode = sec.get("defaultMode")
+            if mode is None or mode & 0o007:
+                problem(where, f"Secret volume {mounts[mount]} is readable by others "
+                               f"(defaultMode {mode})")
+
+
+def check_topics_job(where, job, props_by_program):
+    """The Job that creates the topics uses the ConfigMap's bootstrap address and creates
+    every topic the programs name."""
+    cs = (job.get("spec", {}).get("template", {}).get("spec", {}).get("containers")) or []
+    env = {e.get("name"): str(e.get("value") or "") for c in cs for e in c.get("env") or []}
+    cprops = props_by_program.get("consumer", {})
+    iprops = props_by_program.get("ingest", {})
+    boot = cprops.get("kafka.bootstrap.servers")
+    if env.get("BOOTSTRAP") != boot:
+        problem(where, f"BOOTSTRAP {env.get('BOOTSTRAP')} is not the ConfigMap's {boot}")
+    made = {t.split(":")[0] for t in env.get("TOPICS", "").split()}
+    wanted = set((cprops.get("consumer.topics") or "").replace(",", " ").split())
+    wanted |= {cprops.get("dlq.topic"), iprops.get("ingest.topic")} - {None}
+    for t in sorted(wanted - made):
+        problem(where, f"topic {t} is not created")
+
+
 def check_ingest_k8s(where, dep, services, props):
     """Ingest's probes and scrape annotation use the operations port; no Service publishes it."""
     cb_port, ops_port, both = ingest_ports(props)
@@ -161,11 +227,6 @@ def check_ingest_k8s(where, dep, services, props):
         why = ingest_secret_problem(props, env)
         if why:
             problem(where, why)
-        mounts = [m.get("mountPath", "") for m in c.get("volumeMounts") or []]
-        for name, value in env.items():
-            if name.endswith("__FILE") and value and not any(
-                    str(value).startswith(m.rstrip("/") + "/") for m in mounts):
-                problem(where, f"{name} names {value}, which no volume mounts")
         named = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
         if ops_port not in named.values():
             problem(where, f"no containerPort {ops_port} (ingest.ops.listen)")
@@ -230,6 +291,8 @@ def check_k8s(root, drain_ms):
         by_kind.setdefault(doc.get("kind"), []).append((name, doc))
 
     configmaps = {d["metadata"]["name"]: d for _, d in by_kind.get("ConfigMap", [])}
+    with open(os.path.join(root, "deploy/README.md"), encoding="utf-8") as f:
+        readme = f.read()
     secrets = {d["metadata"]["name"] for _, d in by_kind.get("Secret", [])}
     deployments = by_kind.get("Deployment", [])
     if not deployments:
@@ -294,6 +357,8 @@ def check_k8s(root, drain_ms):
                 for item in cm.get("items", []):
                     if item.get("key") not in data:
                         problem(where, f"configMap key {item.get('key')} is missing")
+        program = "ingest" if "ingest" in dep["metadata"]["name"] else "consumer"
+        check_pod_secrets(where, program, pod, readme, secrets)
         if "ingest" in dep["metadata"]["name"]:
             text = None
             for cm in configmaps.values():
@@ -312,6 +377,17 @@ def check_k8s(root, drain_ms):
             if isinstance(grace, int) and grace * 1000 <= budget + 5000:
                 problem(where, f"terminationGracePeriodSeconds {grace} is not longer than the "
                                f"drain budget {budget / 1000:g} s plus the final commit")
+    props_by_program = {}
+    for cm in configmaps.values():
+        for program in ("consumer", "ingest"):
+            text = (cm.get("data") or {}).get(f"{program}.properties")
+            if text:
+                props_by_program[program] = properties(text)
+    jobs = [(f, j) for f, j in by_kind.get("Job", []) if "topics" in j["metadata"]["name"]]
+    if not jobs:
+        problem("deploy/k8s", "no Job creates the topics")
+    for fname, job in jobs:
+        check_topics_job(f"{fname} Job/{job['metadata']['name']}", job, props_by_program)
     pdbs = by_kind.get("PodDisruptionBudget", [])
     if not pdbs:
         problem("deploy/k8s", "no PodDisruptionBudget")
@@ -556,6 +632,10 @@ def main():
     check_grafana(root, known)
     check_systemd(root, drain_ms)
     check_dockerfile(root)
+    gen = os.path.join(root, "deploy/k8s/monitoring/generate.py")
+    if subprocess.run([sys.executable, gen, root, "--check"]).returncode != 0:
+        problem("deploy/k8s/monitoring/prometheusrule.yaml",
+                "stale: it differs from what generate.py makes of deploy/prometheus/alerts.yml")
     for p in problems:
         print(p)
     print(f"check_manifests: {len(yamls)} YAML files, {len(problems)} problem(s)",

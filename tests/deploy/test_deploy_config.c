@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wxguard/conf.h"
 
@@ -169,35 +170,71 @@ static char *configmap_block(const char *yaml, const char *key)
     return out;
 }
 
-static void kubernetes_configmap_loads_with_the_secret_variables(void **state)
+/* Writes `value` and a newline to a new file `name` in dir, whose path goes to path. */
+static void secret_file(const char *dir, const char *name, const char *value, char *path,
+                        size_t size)
+{
+    snprintf(path, size, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", value);
+    fclose(f);
+}
+
+/* The ConfigMap's properties load with the secrets as the Deployments hand them over: files of
+ * Secrets named by WXG_<KEY>__FILE variables (each Deployment names them), and each program
+ * gets only secrets it reads (an unknown or unused variable would be reported). */
+static void kubernetes_configmap_loads_with_the_secret_files(void **state)
 {
     (void)state;
     char *yaml = slurp("deploy/k8s/configmap.yaml");
-    char *secret = slurp("deploy/k8s/secret.yaml");
-    const char *const env[] = {"WXG_REDIS_PASSWORD=s1", "WXG_PLUGIN__PGSQL__PASSWORD=s2",
-                               "WXG_LOG_ID_SALT=s3", NULL};
-    for (int i = 0; env[i]; i++) {
-        char name[128];
-        snprintf(name, sizeof name, "  %.*s:", (int)strcspn(env[i], "="), env[i]);
-        if (!strstr(secret, name))
-            fail_msg("secret.yaml no longer holds %s", name);
-    }
+    char dir[] = "/tmp/wxg-deploy-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char redis[600], pgsql[600], salt[600], hmac[600];
+    secret_file(dir, "redis-password", "s1", redis, sizeof redis);
+    secret_file(dir, "pgsql-password", "s2", pgsql, sizeof pgsql);
+    secret_file(dir, "id-salt", "s3", salt, sizeof salt);
+    secret_file(dir, "hmac-secret", "s4", hmac, sizeof hmac);
+    char e[5][700];
+    snprintf(e[0], sizeof e[0], "WXG_REDIS_PASSWORD__FILE=%s", redis);
+    snprintf(e[1], sizeof e[1], "WXG_PLUGIN__PGSQL__PASSWORD__FILE=%s", pgsql);
+    snprintf(e[2], sizeof e[2], "WXG_LOG_ID_SALT__FILE=%s", salt);
+    snprintf(e[3], sizeof e[3], "WXG_INGEST_HMAC_SECRET__FILE=%s", hmac);
+    snprintf(e[4], sizeof e[4], "WXG_LOG_ID_SALT__FILE=%s", salt);
+    const char *const consumer_env[] = {e[0], e[1], e[2], NULL};
+    const char *const ingest_env[] = {e[3], e[4], NULL};
+    const char *const *envs[2] = {consumer_env, ingest_env};
+    const char *deployments[2] = {"deploy/k8s/consumer.yaml", "deploy/k8s/ingest.yaml"};
     const char *keys[2] = {"consumer.properties", "ingest.properties"};
     unsigned progs[2] = {WXG_PROG_CONSUMER, WXG_PROG_INGEST};
     for (int k = 0; k < 2; k++) {
+        char *dep = slurp(deployments[k]);
+        for (int i = 0; envs[k][i]; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "- name: %.*s\n", (int)strcspn(envs[k][i], "="),
+                     envs[k][i]);
+            if (!strstr(dep, name))
+                fail_msg("%s no longer sets %.*s", deployments[k], (int)strcspn(name + 8, "\n"),
+                         name + 8);
+        }
+        free(dep);
         char *text = configmap_block(yaml, keys[k]);
         char err[512] = "";
         wxg_conf_t *c = wxg_conf_new(progs[k], err, sizeof err);
         assert_non_null(c);
         if (wxg_conf_load_string(c, text, strlen(text), keys[k], err, sizeof err) != 0 ||
-            wxg_conf_load_env(c, env, err, sizeof err) != 0 || wxg_conf_check(c, err, sizeof err))
+            wxg_conf_load_env(c, envs[k], err, sizeof err) != 0 ||
+            wxg_conf_check(c, err, sizeof err))
             fail_msg("ConfigMap %s: %s", keys[k], err);
+        assert_string_equal(wxg_conf_get(c, "log.id.salt"), "s3");
         if (k == 0) {
             assert_no_ignored_env(c);
             assert_string_equal(wxg_conf_get(c, "redis.password"), "s1");
+            assert_string_equal(wxg_conf_get(c, "plugin.pgsql.password"), "s2");
             /* deploy/k8s/consumer.yaml's grace period (60 s) is checked against this. */
             assert_true(wxg_conf_int(c, "consumer.drain.timeout.ms") < 60000);
         } else {
+            assert_string_equal(wxg_conf_get(c, "ingest.hmac.secret"), "s4");
             /* deploy/k8s/ingest.yaml's "ops" containerPort, probes and scrape annotation. */
             assert_string_equal(wxg_conf_get(c, "ingest.ops.listen"), "0.0.0.0:9465");
             assert_false(wxg_conf_bool(c, "ingest.ops.on.callback.port"));
@@ -206,8 +243,11 @@ static void kubernetes_configmap_loads_with_the_secret_variables(void **state)
         wxg_conf_free(c);
         free(text);
     }
+    const char *files[4] = {redis, pgsql, salt, hmac};
+    for (int i = 0; i < 4; i++)
+        unlink(files[i]);
+    rmdir(dir);
     free(yaml);
-    free(secret);
 }
 
 int main(void)
@@ -215,7 +255,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(native_consumer_and_ingest_files_load_and_agree_on_the_topic),
         cmocka_unit_test(compose_environment_overrides_the_addresses),
-        cmocka_unit_test(kubernetes_configmap_loads_with_the_secret_variables),
+        cmocka_unit_test(kubernetes_configmap_loads_with_the_secret_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
