@@ -28,7 +28,7 @@ for f in usr/bin/wxguard-consumer usr/bin/wxguard-ingest usr/bin/wxguardctl usr/
   usr/include/wxguard/msg.h usr/share/pkgconfig/wxguard-plugin.pc \
   etc/wxguard/consumer.properties etc/wxguard/ingest.properties \
   usr/lib/systemd/system/wxguard-consumer@.service usr/lib/systemd/system/wxguard-ingest.service \
-  usr/share/doc/wxguard/LICENSE usr/share/doc/wxguard/CHANGELOG.md \
+  usr/share/doc/wxguard/LICENSE usr/share/doc/wxguard/changelog.gz usr/share/doc/wxguard/copyright \
   usr/share/doc/wxguard/README.md usr/share/doc/wxguard/operating.md; do
   [ -e "$root/$f" ] || fail "not installed: /$f"
 done
