@@ -100,6 +100,7 @@
 #include "wxguard/consumer.h"
 
 #include <librdkafka/rdkafka.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -262,7 +263,13 @@ struct wxg_consumer_s {
     int ever_assigned;   /* the rebalance callback has assigned at least once */
     int close_released;  /* an assign during close made librdkafka release every partition */
     int coord_silent;    /* the final commit got no answer from the coordinator */
-    int protocol;        /* 0 not known yet, 1 eager, 2 cooperative */
+    /* A commit was refused with UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION: the group no longer
+     * knows this member (its session timed out, or a rebalance went on without it). Poll
+     * thread only. */
+    int member_lost;
+    int release_stuck;     /* a revoke's release got no answer within its budget (poll thread) */
+    int64_t stop_deadline; /* monotonic ms at which the stop's drain budget ends; 0: no stop */
+    int protocol;          /* 0 not known yet, 1 eager, 2 cooperative */
     int ran;
     size_t window_limit;
 
@@ -888,6 +895,7 @@ static void drop_pending_of(wxg_consumer_t *c, const cpart *p)
 static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
     c->ever_assigned = 1;
+    c->member_lost = 0; /* a member of the group again */
     cpart **v = calloc((size_t)parts->cnt + 1, sizeof *v);
     size_t nv = 0;
     for (int i = 0; i < parts->cnt; i++) {
@@ -952,6 +960,10 @@ static void on_assign(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 static int revoke_drain(wxg_consumer_t *c, cpart *const *v, size_t nv, int lost)
 {
     int64_t deadline = wxg__mono_ms() + c->conf.drain_timeout_ms;
+    /* A revoke served while the consumer stops gets what is left of the stop's budget, not a
+     * budget of its own: the stop as a whole ends within consumer.drain.timeout.ms. */
+    if (c->stop_deadline && c->stop_deadline < deadline)
+        deadline = c->stop_deadline;
     int timed_out = 0;
     for (size_t i = 0; c->pool && !lost && !c->closing && i < nv; i++) {
         int64_t left = deadline - wxg__mono_ms();
@@ -969,8 +981,9 @@ static int revoke_drain(wxg_consumer_t *c, cpart *const *v, size_t nv, int lost)
 
 /* Revoke, step 3: commits the partitions' watermarks synchronously while they are still ours,
  * within the commit budget. */
-static void revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
+static rd_kafka_resp_err_t revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
 {
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv);
     for (size_t i = 0; l && i < nv; i++) {
         int64_t off;
@@ -978,7 +991,7 @@ static void revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
             rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition)->offset = off;
     }
     if (l && l->cnt > 0) {
-        rd_kafka_resp_err_t err = commit_bounded(c, l);
+        err = commit_bounded(c, l);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
             wxg_counter_inc(c->m.commit_failures);
             wxg_log(WXG_LOG_WARN, "revoke_commit_failed",
@@ -986,6 +999,16 @@ static void revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
         }
     }
     rd_kafka_topic_partition_list_destroy(l);
+    return err;
+}
+
+/* The group has dropped this member: a commit in its name can never succeed, and librdkafka
+ * (2.0.2) answers such a commit by treating the assignment as lost and rejoining, while the
+ * partitions may no longer be served. */
+static int member_gone(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID ||
+           err == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION;
 }
 
 /* Revoke, step 4: resumes what we paused (so a later assignment starts clean), then fences:
@@ -994,12 +1017,15 @@ static void revoke_commit(wxg_consumer_t *c, cpart *const *v, size_t nv)
  * partitions (an assign served during close becomes a full unassign, and a revoke during the
  * drain can follow a lost membership: UNKNOWN_MEMBER_ID on its commit);
  * rd_kafka_resume_partitions() then waits without limit for a reply from a partition nobody
- * serves any more, and the stop never returns. */
+ * serves any more, and the stop never returns. A stop asked while this revoke ran counts too:
+ * the poll thread is still inside the rebalance callback when the signal comes, and only sets
+ * `stopping` once it is back in wxg_consumer_run. */
 static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
 {
     cpart **res = calloc(nv + 1, sizeof *res);
     size_t nr = 0;
-    for (size_t i = 0; res && !c->closing && !c->stopping && i < nv; i++) {
+    int skip = c->closing || c->stopping || atomic_load(&c->stop_requested);
+    for (size_t i = 0; res && !skip && i < nv; i++) {
         if (v[i]->paused)
             res[nr++] = v[i];
     }
@@ -1016,18 +1042,131 @@ static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
     }
 }
 
-/* Revoke, step 5: hands the partitions back to librdkafka. */
+/* Revoke, step 5: hands the partitions back to librdkafka.
+ *
+ * rd_kafka_assign() and rd_kafka_incremental_unassign() are requests to librdkafka's group
+ * thread that wait for its answer without a limit, and librdkafka 2.0.2 can drop such a request
+ * unanswered: a group that terminates (during the close, after a commit refused with
+ * UNKNOWN_MEMBER_ID made it treat the assignment as lost) purges the requests still queued for
+ * it. The replica then never got past this step, and a stop never ended. So the release runs on
+ * a thread of its own, and the poll thread waits for it at most the commit budget. When no
+ * answer came, the handle is abandoned as after a close timeout (see close_bounded): the
+ * watermarks were committed or not before this step, never past unfinished work, and the
+ * process exits instead of waiting for ever. */
+typedef struct release_call {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs; /* the poll thread's and the release thread's */
+    int done;
+    rd_kafka_t *rk;
+    rd_kafka_topic_partition_list_t *parts; /* a copy (NULL: unassign all); owned */
+    char err[64];                           /* the release's error name, "" when none */
+} release_call;
+
+static void release_unref(release_call *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    if (r->parts)
+        rd_kafka_topic_partition_list_destroy(r->parts);
+    free(r);
+}
+
+static void *release_main(void *arg)
+{
+    release_call *r = arg;
+    const char *name = NULL;
+    rd_kafka_error_t *e = NULL;
+    if (r->parts) {
+        e = rd_kafka_incremental_unassign(r->rk, r->parts);
+        if (e)
+            name = rd_kafka_error_name(e);
+    } else {
+        rd_kafka_resp_err_t err = rd_kafka_assign(r->rk, NULL);
+        if (err)
+            name = rd_kafka_err2name(err);
+    }
+    pthread_mutex_lock(&r->mu);
+    if (name)
+        snprintf(r->err, sizeof r->err, "%s", name);
+    r->done = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (e)
+        rd_kafka_error_destroy(e);
+    release_unref(r);
+    return NULL;
+}
+
+/* Runs the release on its thread and waits at most budget_ms. Returns 0 when it returned, -1
+ * when it did not (it is left running; the handle must not be destroyed). */
+static int release_bounded(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts,
+                           int64_t budget_ms)
+{
+    release_call *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    pthread_condattr_t ca;
+    int ok = pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&r->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok || pthread_mutex_init(&r->mu, NULL) != 0) {
+        if (ok)
+            pthread_cond_destroy(&r->cv);
+        free(r);
+        return -1;
+    }
+    r->rk = c->rk;
+    r->refs = 2;
+    r->parts = parts ? rd_kafka_topic_partition_list_copy(parts) : NULL;
+    pthread_t th;
+    pthread_attr_t attr;
+    int started = pthread_attr_init(&attr) == 0;
+    if (started) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&th, &attr, release_main, r) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!started) {
+        /* No thread: release here, unbounded, as before. */
+        r->refs = 1;
+        release_main(r);
+        return 0;
+    }
+    struct timespec ts = wxg__mono_after(budget_ms);
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) {
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    int done = r->done;
+    char err[sizeof r->err];
+    memcpy(err, r->err, sizeof err);
+    pthread_mutex_unlock(&r->mu);
+    release_unref(r);
+    if (done && err[0])
+        wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", err));
+    return done ? 0 : -1;
+}
+
 static void revoke_release(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
-    if (is_cooperative(c)) {
-        rd_kafka_error_t *e = rd_kafka_incremental_unassign(c->rk, parts);
-        if (e) {
-            wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", rd_kafka_error_name(e)));
-            rd_kafka_error_destroy(e);
-        }
-    } else {
-        rd_kafka_assign(c->rk, NULL);
-    }
+    if (release_bounded(c, is_cooperative(c) ? parts : NULL, c->conf.commit_timeout_ms) == 0)
+        return;
+    c->release_stuck = 1;
+    c->close_timed_out = 1; /* the handle is abandoned, never destroyed (wxg_consumer_destroy) */
+    if (!atomic_load(&c->fatal))
+        atomic_store(&c->stop_requested, 1);
+    wxg_log(WXG_LOG_WARN, "release_timeout", WXG_LI("budget_ms", c->conf.commit_timeout_ms),
+            WXG_LB("member_lost", c->member_lost), WXG_LS("action", "stopping"));
 }
 
 /* A revoke drains first, then fences, in five steps. */
@@ -1059,8 +1198,8 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
     /* 3. Commit. Not when the final commit found the coordinator silent: this revoke is the
      *    close's, the watermarks are the ones that commit already carried, and waiting again
      *    would only lengthen the stop. */
-    if (!lost && !released && !c->coord_silent && nv > 0)
-        revoke_commit(c, v, nv);
+    if (!lost && !released && !c->coord_silent && nv > 0 && member_gone(revoke_commit(c, v, nv)))
+        c->member_lost = 1;
     /* 4. Resume and fence. */
     revoke_fence(c, v, nv);
     free(v);
@@ -1974,11 +2113,21 @@ static int64_t close_budget_ms(wxg_consumer_t *c)
 static void close_bounded(wxg_consumer_t *c)
 {
     c->closing = 1;
+    /* A release that never returned holds librdkafka's group in the rebalance: the close
+     * would wait for it too. The handle is abandoned already (revoke_release). */
+    if (c->release_stuck) {
+        wxg_log(WXG_LOG_WARN, "close_skipped", WXG_LS("reason", "release_timeout"));
+        return;
+    }
     /* When the final commit got no answer the coordinator cannot be reached: the close would
      * wait for that commit (librdkafka keeps it for up to session.timeout.ms) and could not
      * deliver the LeaveGroup anyway, so it gets the commit budget instead. The group then
      * notices the member gone at its session timeout, as after a crash. */
-    int64_t budget = c->coord_silent ? c->conf.commit_timeout_ms : close_budget_ms(c);
+    /* The same once the group has dropped this member (a commit refused with
+     * UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION): there is no membership left to leave, and what
+     * the close would still wait for may never be answered (see revoke_release). */
+    int64_t budget =
+        c->coord_silent || c->member_lost ? c->conf.commit_timeout_ms : close_budget_ms(c);
     int64_t deadline = wxg__mono_ms() + budget;
     rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, c->rkq);
     if (e) {
@@ -1987,6 +2136,12 @@ static void close_bounded(wxg_consumer_t *c)
         return;
     }
     while (!rd_kafka_consumer_closed(c->rk)) {
+        /* A revoke served by the close whose release got no answer: the close cannot finish
+         * either, and the handle is abandoned already (revoke_release). */
+        if (c->release_stuck) {
+            wxg_log(WXG_LOG_WARN, "close_abandoned", WXG_LS("reason", "release_timeout"));
+            return;
+        }
         int64_t left = deadline - wxg__mono_ms();
         if (left <= 0) {
             c->close_timed_out = 1;
@@ -2002,8 +2157,9 @@ static void close_bounded(wxg_consumer_t *c)
 static void shutdown_consumer(wxg_consumer_t *c)
 {
     c->stopping = 1;
-    apply_pause(c);
     int64_t deadline = wxg__mono_ms() + c->conf.drain_timeout_ms;
+    c->stop_deadline = deadline;
+    apply_pause(c);
     wxg_log(WXG_LOG_INFO, "draining", WXG_LI("budget_ms", c->conf.drain_timeout_ms));
     for (;;) {
         free_released(c);
@@ -2057,6 +2213,8 @@ static void shutdown_consumer(wxg_consumer_t *c)
         wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)),
                 WXG_LI("budget_ms", c->conf.commit_timeout_ms));
     } else if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        if (member_gone(err))
+            c->member_lost = 1;
         wxg_log(WXG_LOG_WARN, "final_commit_failed", WXG_LS("kafka_err", rd_kafka_err2name(err)));
     }
     close_bounded(c);
