@@ -291,7 +291,7 @@ struct wxg_consumer_s {
     pthread_mutex_t ready_mu; /* stall_reason */
     int ready_mu_init;
     int health_init; /* health.err_mu made */
-    char stall_reason[256];
+    char stall_reason[512];
     /* Dispatch-to-finished latency: bucket i counts records that took about 2^(i/4) us. */
     atomic_uint_fast64_t latency[LAT_BUCKETS];
 };
@@ -493,6 +493,17 @@ static void worker_cancelled(void *opaque, void *item)
     wxg__pipeline_item_drop(&c->pipeline, &j->it);
     atomic_store(&j->r->cancelled, 1);
     rec_release(c, j->r);
+}
+
+/* A revoke keeps work whose effects already ran and that waits out the backoff of its DONE
+ * marker (or dead letter, or fail mark), typically because Redis did not answer: the revoke's
+ * drain lets it retry within the budget, so the marker lands as soon as Redis is back and the
+ * watermark can be committed past it. Cancelled, it would go to the next owner, which would
+ * run the effects again. @locks pool lock held */
+static int worker_keep_delayed(void *opaque, void *item)
+{
+    (void)opaque;
+    return wxg__pipeline_item_past_plugins(&((job *)item)->it);
 }
 
 static void worker_pressure(void *opaque, int high)
@@ -1178,6 +1189,9 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
      * terminated, and such a request is never answered. The watermarks were committed just
      * before the close, after the pool had stopped. */
     int released = c->closing && c->close_released;
+    /* A revoke's drain can take its whole budget: one line says when it began. */
+    wxg_log(WXG_LOG_INFO, "revoking", WXG_LI("partitions", parts->cnt), WXG_LB("lost", lost),
+            WXG_LB("stopping", c->stopping || atomic_load(&c->stop_requested)));
     size_t n = (size_t)parts->cnt;
     cpart **v = calloc(n + 1, sizeof *v);
     size_t nv = 0;
@@ -1187,7 +1201,9 @@ static void on_revoke(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
             v[nv++] = p;
     }
     /* 1. Stop dispatching: drop what never reached the pool, and work that waits for a lease
-     *    or a backoff (it cannot finish within the budget). */
+     *    or a retry backoff before its plugins (it cannot finish within the budget). Work
+     *    whose plugins ran and that only waits to retry its marker stays for the drain
+     *    (worker_keep_delayed). */
     for (size_t i = 0; i < nv; i++) {
         drop_pending_of(c, v[i]);
         if (c->pool)
@@ -1546,6 +1562,39 @@ static void redis_down_text(wxg_consumer_t *c, int probe, char *buf, size_t size
         wxg__pipeline_health_error(&c->health, buf, size);
 }
 
+/* Why Redis counts as down, in words, into buf: which guard call failed and how; for a
+ * failed complete, that effects which already ran wait for their DONE marker (and their
+ * offsets for it). Returns the error code, 0 (and "") while Redis answers. */
+static int redis_why(wxg_consumer_t *c, char *buf, size_t size)
+{
+    static const char *const ops[WXG__PL_OP_N] = {"claim", "complete", "fail", "plugin_done"};
+    int probe = 0, down = redis_down(c, &probe);
+    buf[0] = '\0';
+    if (!down)
+        return 0;
+    /* A failed complete that is still current is named even when the watchdog failed later:
+     * it is what holds messages (and their offsets) back. */
+    int64_t ok = atomic_load(&c->health.ok_ms), bad = atomic_load(&c->health.err_ms);
+    if (probe && atomic_load(&c->health.err_op) == WXG__PL_OP_COMPLETE && bad > ok &&
+        wxg__mono_ms() - bad < REDIS_DOWN_HOLD_MS) {
+        probe = 0;
+        down = atomic_load(&c->health.err) ? atomic_load(&c->health.err) : WXG_ECONN;
+    }
+    char why[256];
+    redis_down_text(c, probe, why, sizeof why);
+    int op = atomic_load(&c->health.err_op);
+    const char *what = probe                          ? "probe or lease renewal"
+                       : op >= 0 && op < WXG__PL_OP_N ? ops[op]
+                                                      : "guard call";
+    snprintf(buf, size, "the latest %s failed (%s%s%s)%s", what, wxg_strerror(down),
+             why[0] ? ": " : "", why,
+             !probe && op == WXG__PL_OP_COMPLETE
+                 ? "; effects that already ran wait for their DONE marker, retried until "
+                   "Redis answers"
+                 : "");
+    return down;
+}
+
 /* Keeps wxg_redis_reachable current and logs each change, so that an outage seen only by the
  * probe of an idle replica leaves a trace too (poll thread). A fatal error seen by the watchdog
  * (its reconnect found the layout stamp changed, or its credentials refused) stops the consumer
@@ -1578,6 +1627,8 @@ static void check_stalls(wxg_consumer_t *c)
     int64_t now_us = wxg__mono_us(), now = now_us / 1000;
     size_t nstalled = 0;
     char reason[sizeof c->stall_reason] = "";
+    int redis_checked = 0, redis_down_now = 0;
+    char redis_reason[384];
     for (size_t i = 0; i < c->nparts; i++) {
         cpart *p = c->parts[i];
         int stalled = 0;
@@ -1604,17 +1655,27 @@ static void check_stalls(wxg_consumer_t *c)
                 offset = local_position(c, p);
         }
         if (stalled) {
+            /* Say why when Redis is the cause: the message cannot complete, whatever its
+             * plugins did. */
+            if (!redis_checked) {
+                redis_checked = 1;
+                redis_down_now = redis_why(c, redis_reason, sizeof redis_reason);
+            }
             if (!p->stalled || p->stalled_offset != offset)
                 wxg_log(WXG_LOG_WARN, "stalled", WXG_LS("topic", p->topic),
                         WXG_LI("partition", p->partition), WXG_LI("offset", offset),
                         WXG_LID("key", key[0] ? key : NULL), WXG_LI("in_flight_ms", age_ms),
-                        WXG_LI("paused_ms", paused_ms), WXG_LI("limit_ms", limit));
+                        WXG_LI("paused_ms", paused_ms), WXG_LI("limit_ms", limit),
+                        WXG_LS("cause", redis_down_now   ? "redis_unreachable"
+                                        : age_ms > limit ? "in_flight"
+                                                         : "paused"));
             if (nstalled == 0)
                 snprintf(reason, sizeof reason,
-                         "stalled: %s partition %d offset %lld (%s for %lld ms, limit %lld ms)",
+                         "stalled: %s partition %d offset %lld (%s for %lld ms, limit %lld ms)%s%s",
                          p->topic, (int)p->partition, (long long)offset,
                          age_ms > limit ? "in flight" : "paused",
-                         (long long)(age_ms > limit ? age_ms : paused_ms), (long long)limit);
+                         (long long)(age_ms > limit ? age_ms : paused_ms), (long long)limit,
+                         redis_down_now ? "; redis: " : "", redis_down_now ? redis_reason : "");
             nstalled++;
             p->stalled = 1;
             p->stalled_offset = offset;
@@ -1667,13 +1728,9 @@ int wxg_consumer_ready(wxg_consumer_t *c, char *reason, size_t reason_size)
                  up < 0 ? "kafka: no connection state yet" : "kafka: no broker reachable");
         return 0;
     }
-    int probe = 0, down = redis_down(c, &probe);
-    if (down) {
-        char why[256];
-        redis_down_text(c, probe, why, sizeof why);
-        snprintf(reason, reason_size, "redis: the latest %s failed (%s%s%s)",
-                 probe ? "probe or lease renewal" : "guard call", wxg_strerror(down),
-                 why[0] ? ": " : "", why);
+    char why[384];
+    if (redis_why(c, why, sizeof why)) {
+        snprintf(reason, reason_size, "redis: %s", why);
         return 0;
     }
     size_t n = (size_t)wxg_gauge_value(c->m.assigned);
@@ -2034,7 +2091,8 @@ static int start_pool(wxg_consumer_t *c, char *errstr, size_t errstr_size)
                            .thread_fini = worker_fini,
                            .run = worker_run,
                            .cancelled = worker_cancelled,
-                           .pressure = worker_pressure};
+                           .pressure = worker_pressure,
+                           .keep_delayed = worker_keep_delayed};
     c->pool = wxg__pool_new(&pc, &ops, c, errstr, errstr_size);
     return c->pool ? 0 : -1;
 }

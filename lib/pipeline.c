@@ -205,6 +205,7 @@ static void guard_failed(wxg__pl_worker_t *w, int op, int rc, size_t n)
     snprintf(h->err_text, sizeof h->err_text, "%s", why);
     pthread_mutex_unlock(&h->err_mu);
     atomic_store(&h->err, rc);
+    atomic_store(&h->err_op, op);
     atomic_store(&h->err_ms, wxg__mono_ms());
     wxg_log(WXG_LOG_WARN, "guard_error", WXG_LS("op", ops[op]), WXG_LERR(rc),
             WXG_LU("worker", w->index), WXG_LU("batch", n), WXG_LS("reason", why));
@@ -716,6 +717,11 @@ void wxg__pipeline_item_drop(const wxg__pipeline_conf_t *conf, wxg__pl_item_t *i
 {
     atomic_store(&it->done, 1);
     drop_claim(conf, it);
+}
+
+int wxg__pipeline_item_past_plugins(const wxg__pl_item_t *it)
+{
+    return it->phase != WXG__PL_CLAIM;
 }
 
 void wxg__pipeline_item_clear(wxg__pl_item_t *it)

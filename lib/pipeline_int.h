@@ -134,6 +134,7 @@ typedef struct wxg__pl_health {
     atomic_int_fast64_t ok_ms;        /* monotonic ms of the latest guard call that reached Redis */
     atomic_int_fast64_t err_ms;       /* ... and of the latest that failed as a whole */
     atomic_int err;                   /* the WXG_E* code of that failure */
+    atomic_int err_op;                /* and its WXG__PL_OP_* (claim, complete, ...) */
     atomic_uint_fast64_t round_trips; /* guard round trips, over every worker */
     /* The guard's text for that failure (wxg_guard_last_error(); in cluster mode it names the
      * node), under err_mu: written only when a call fails. */
@@ -208,6 +209,12 @@ int wxg__pipeline_item_park(wxg__pl_item_t *it, wxg__pl_record_t *rec, int code,
  * pool is shutting down): marks it done and drops its claim and lease registration. Any
  * thread, while no worker runs the item. */
 void wxg__pipeline_item_drop(const wxg__pipeline_conf_t *conf, wxg__pl_item_t *it);
+
+/* Nonzero when the item waits to be re-run after its plugins: for its DONE marker (complete),
+ * its dead letter or its fail mark. Cancelling it would hand effects that already ran to the
+ * next owner, which runs them again. Only for an item that is not running (e.g. one the pool
+ * holds for a re-queue delay). */
+int wxg__pipeline_item_past_plugins(const wxg__pl_item_t *it);
 
 /* Frees what the item owns (its failure reason). */
 void wxg__pipeline_item_clear(wxg__pl_item_t *it);

@@ -721,6 +721,8 @@ size_t wxg__pool_cancel_delayed(wxg__pool_t *p, uint64_t tag)
             lane *l = p->heap[i];
             if (l->head->tag != tag)
                 continue;
+            if (p->ops.keep_delayed && p->ops.keep_delayed(p->opaque, l->head->item))
+                continue;
             /* Collect the lane's jobs with the tag first: the lane may be freed on the way. */
             job *j = l->head;
             while (j) {

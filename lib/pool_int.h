@@ -56,6 +56,10 @@ typedef struct wxg__pool_ops {
     /* Optional. high=1 when the depth reached high_watermark, high=0 when it fell back to
      * low_watermark afterwards. Calls alternate, starting with high=1. @locks pool lock held */
     void (*pressure)(void *opaque, int high);
+    /* Optional. Nonzero for a delayed job that wxg__pool_cancel_delayed must leave in place
+     * (with the jobs behind it in its conversation): the consumer keeps work whose effects
+     * already ran and that only waits to retry its marker. @locks pool lock held */
+    int (*keep_delayed)(void *opaque, void *item);
 } wxg__pool_ops_t;
 
 typedef struct wxg__pool_conf {
@@ -108,9 +112,11 @@ int wxg__pool_submit_last(wxg__pool_t *p, uint64_t conversation, uint64_t tag, v
 size_t wxg__pool_cancel(wxg__pool_t *p, uint64_t tag);
 
 /* Removes only the jobs with `tag` that wait out a re-queue delay, together with every later
- * job with `tag` in the same conversation (so nothing behind a removed job can overtake it).
- * The consumer calls it first on revoke: a message waiting for another owner's lease or for a
- * retry backoff is not going to finish within a drain budget. Returns how many were removed. */
+ * job with `tag` in the same conversation (so nothing behind a removed job can overtake it),
+ * except a delayed job for which ops.keep_delayed says to keep it. The consumer calls it first
+ * on revoke: a message waiting for another owner's lease or for a retry backoff is not going to
+ * finish within a drain budget, while one that waits to retry the marker of effects that already
+ * ran finishes as soon as Redis answers again. Returns how many were removed. */
 size_t wxg__pool_cancel_delayed(wxg__pool_t *p, uint64_t tag);
 
 /* Number of jobs with `tag` in the pool. */

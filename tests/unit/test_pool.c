@@ -26,6 +26,7 @@ typedef struct item {
     int attempts;
     int delay_first_ms; /* re-queue after this on the first attempt (-1: never) */
     int block;          /* wait at the gate */
+    int keep;           /* wxg__pool_cancel_delayed leaves it in place (ops.keep_delayed) */
 } item;
 
 typedef struct harness {
@@ -175,12 +176,19 @@ static void h_pressure(void *opaque, int high)
     pthread_mutex_unlock(&h->mu);
 }
 
+static int h_keep(void *opaque, void *it)
+{
+    (void)opaque;
+    return ((item *)it)->keep;
+}
+
 static const wxg__pool_ops_t h_ops = {
     .thread_init = h_thread_init,
     .thread_fini = h_thread_fini,
     .run = h_run,
     .cancelled = h_cancelled,
     .pressure = h_pressure,
+    .keep_delayed = h_keep,
 };
 
 static wxg__pool_t *h_pool(harness *h, unsigned workers, size_t cap, size_t bmax, int64_t delay_us)
@@ -416,6 +424,40 @@ static void cancel_delayed_removes_a_waiting_head_with_everything_behind_it(void
     h_fini(&h);
 }
 
+static void cancel_delayed_leaves_what_keep_delayed_keeps(void **state)
+{
+    (void)state;
+    static harness h;
+    h_init(&h);
+    wxg__pool_t *p = h_pool(&h, 1, 16, 1, 0);
+    /* a1 waits to retry its marker (kept, with a2 behind it); b1 waits out a lease (goes). */
+    static item a1 = {.conv = 1, .seq = 0, .delay_first_ms = 600000, .keep = 1};
+    static item a2 = {.conv = 1, .seq = 1, .delay_first_ms = -1};
+    static item b1 = {.conv = 2, .seq = 0, .delay_first_ms = 600000};
+    assert_int_equal(wxg__pool_submit(p, 1, 1, &a1), 0);
+    assert_int_equal(wxg__pool_submit(p, 2, 1, &b1), 0);
+    wxg__pool_stats_t st;
+    int64_t until = wxg_test_now_ms() + budget_ms(10000);
+    do {
+        wxg__pool_stats(p, &st);
+    } while (st.delayed < 2 && wxg_test_now_ms() < until);
+    assert_int_equal(st.delayed, 2);
+    assert_int_equal(wxg__pool_submit(p, 1, 1, &a2), 0);
+    assert_int_equal(wxg__pool_cancel_delayed(p, 1), 1);
+    assert_int_equal(h.cancelled, 1);
+    wxg__pool_stats(p, &st);
+    assert_int_equal(st.delayed, 1);
+    assert_int_equal(st.jobs, 2);
+    assert_int_equal(wxg__pool_count_tag(p, 1), 2);
+    /* A plain cancel still takes everything that does not run. */
+    assert_int_equal(wxg__pool_cancel(p, 1), 2);
+    assert_int_equal(a2.attempts, 0);
+    wxg__pool_destroy(p);
+    assert_int_equal(h.cancelled, 3);
+    assert_int_equal(h.bad, 0);
+    h_fini(&h);
+}
+
 static void cancel_skips_running_jobs_and_keeps_the_order_of_the_rest(void **state)
 {
     (void)state;
@@ -576,6 +618,7 @@ int main(void)
         cmocka_unit_test(submit_last_sends_a_partial_batch_without_waiting_out_the_delay),
         cmocka_unit_test(a_delayed_job_keeps_its_place_and_does_not_park_a_worker),
         cmocka_unit_test(cancel_delayed_removes_a_waiting_head_with_everything_behind_it),
+        cmocka_unit_test(cancel_delayed_leaves_what_keep_delayed_keeps),
         cmocka_unit_test(cancel_skips_running_jobs_and_keeps_the_order_of_the_rest),
         cmocka_unit_test(drain_gives_up_after_its_budget_and_destroy_cancels_what_is_left),
         cmocka_unit_test(stop_gives_up_on_a_worker_stuck_in_run_and_leaves_the_rest_waiting),
