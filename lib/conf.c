@@ -126,8 +126,10 @@ static const wxg_conf_keydef_t keys[] = {
          "Longest wait for the answer to a synchronous commit: the one for revoked partitions "
          "and the final one on shutdown. A commit not answered by then (the group coordinator "
          "is unreachable or silent) is abandoned; its messages are redelivered to the next "
-         "owner and skipped as duplicates; the close that follows an unanswered final commit "
-         "gets this long too. The longest stop is consumer.drain.timeout.ms plus this plus "
+         "owner and skipped as duplicates; the close that follows an unanswered final commit, "
+         "or a commit refused because the group dropped the member, gets this long too, and so "
+         "does the release of revoked partitions, after which the replica gives up its Kafka "
+         "handle and stops. The longest stop is consumer.drain.timeout.ms plus this plus "
          "kafka.session.timeout.ms (the close), and with the coordinator unreachable the "
          "drain plus twice this."),
     KINT("consumer.retry.max", "5", 1, 1000, C_,
