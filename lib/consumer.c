@@ -267,7 +267,7 @@ struct wxg_consumer_s {
      * knows this member (its session timed out, or a rebalance went on without it). Poll
      * thread only. */
     int member_lost;
-    int release_stuck;     /* a revoke's release got no answer within its budget (poll thread) */
+    int kafka_stuck;       /* a bounded librdkafka call got no answer (kcall_bounded) */
     int64_t stop_deadline; /* monotonic ms at which the stop's drain budget ends; 0: no stop */
     int protocol;          /* 0 not known yet, 1 eager, 2 cooperative */
     int ran;
@@ -1022,6 +1022,149 @@ static int member_gone(rd_kafka_resp_err_t err)
            err == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION;
 }
 
+/* ---- librdkafka calls with a bound (poll thread) ----
+ *
+ * rd_kafka_assign(), rd_kafka_incremental_unassign() and rd_kafka_resume_partitions() are
+ * requests to librdkafka's own threads that wait for the answer without a limit, and
+ * librdkafka 2.0.2 can leave such a request unanswered: a group that terminates (during the
+ * close, after a commit refused with UNKNOWN_MEMBER_ID made it treat the assignment as lost)
+ * purges the requests still queued for it, and a resume of a partition nobody serves any more
+ * waits for a reply that never comes. A replica whose revoke made such a call never got past
+ * it, and its stop never ended. So the revoke makes these calls on a thread of its own and
+ * waits for it at most the commit budget (abandon_kafka() says what happens when no answer came).
+ */
+enum { KCALL_UNASSIGN, KCALL_INCR_UNASSIGN, KCALL_RESUME };
+
+typedef struct kcall {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs; /* the poll thread's and the call thread's */
+    int done;
+    int kind;
+    rd_kafka_t *rk;
+    rd_kafka_topic_partition_list_t *parts; /* a copy (NULL for KCALL_UNASSIGN); owned */
+    char err[64];                           /* the call's error name, "" when none */
+} kcall;
+
+static void kcall_unref(kcall *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int last = --k->refs == 0;
+    pthread_mutex_unlock(&k->mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    if (k->parts)
+        rd_kafka_topic_partition_list_destroy(k->parts);
+    free(k);
+}
+
+static void *kcall_main(void *arg)
+{
+    kcall *k = arg;
+    const char *name = NULL;
+    rd_kafka_error_t *e = NULL;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (k->kind == KCALL_INCR_UNASSIGN) {
+        e = rd_kafka_incremental_unassign(k->rk, k->parts);
+        if (e)
+            name = rd_kafka_error_name(e);
+    } else if (k->kind == KCALL_RESUME) {
+        err = rd_kafka_resume_partitions(k->rk, k->parts);
+    } else {
+        err = rd_kafka_assign(k->rk, NULL);
+    }
+    if (err)
+        name = rd_kafka_err2name(err);
+    pthread_mutex_lock(&k->mu);
+    if (name)
+        snprintf(k->err, sizeof k->err, "%s", name);
+    k->done = 1;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    if (e)
+        rd_kafka_error_destroy(e);
+    kcall_unref(k);
+    return NULL;
+}
+
+/* Makes the call on its own thread and waits at most budget_ms. `parts` is copied (NULL for
+ * KCALL_UNASSIGN). Returns 0 when the call returned (its error, if any, by name in err), -1
+ * when it did not: it is left running, and the handle must then never be destroyed. */
+static int kcall_bounded(wxg_consumer_t *c, int kind, const rd_kafka_topic_partition_list_t *parts,
+                         int64_t budget_ms, char *err, size_t err_size)
+{
+    err[0] = '\0';
+    kcall *k = calloc(1, sizeof *k);
+    if (!k)
+        return -1;
+    pthread_condattr_t ca;
+    int ok = pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&k->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok || pthread_mutex_init(&k->mu, NULL) != 0) {
+        if (ok)
+            pthread_cond_destroy(&k->cv);
+        free(k);
+        return -1;
+    }
+    k->rk = c->rk;
+    k->kind = kind;
+    k->refs = 2;
+    k->parts = parts ? rd_kafka_topic_partition_list_copy(parts) : NULL;
+    pthread_t th;
+    pthread_attr_t attr;
+    int started = pthread_attr_init(&attr) == 0;
+    if (started) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&th, &attr, kcall_main, k) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!started) {
+        /* No thread: make the call here, unbounded, as before. */
+        k->refs = 2;
+        kcall_main(k);
+    } else {
+        struct timespec ts = wxg__mono_after(budget_ms);
+        pthread_mutex_lock(&k->mu);
+        while (!k->done) {
+            if (pthread_cond_timedwait(&k->cv, &k->mu, &ts) == ETIMEDOUT)
+                break;
+        }
+        pthread_mutex_unlock(&k->mu);
+    }
+    pthread_mutex_lock(&k->mu);
+    int done = k->done;
+    snprintf(err, err_size, "%s", k->err);
+    pthread_mutex_unlock(&k->mu);
+    kcall_unref(k); /* a call still running frees it when it returns, if ever */
+    return done ? 0 : -1;
+}
+
+/* A bounded call got no answer: librdkafka's state is no longer known, so the handle is
+ * abandoned as after a close timeout (close_bounded, wxg_consumer_destroy) and the replica
+ * stops. The watermarks were committed or not before this step, never past unfinished work,
+ * and the process exits instead of waiting for ever. Outside a stop that is a failure (the
+ * exit status says so, and a supervisor restarts the replica); during a stop it is only the
+ * stop ending within its budget. */
+static void abandon_kafka(wxg_consumer_t *c, const char *event)
+{
+    c->kafka_stuck = 1;
+    c->close_timed_out = 1; /* the handle is abandoned, never destroyed */
+    int asked = c->stopping || c->closing || atomic_load(&c->stop_requested);
+    if (!asked) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&c->fatal, &expected, WXG_EKAFKA);
+    }
+    wxg_log(asked ? WXG_LOG_WARN : WXG_LOG_ERROR, event,
+            WXG_LI("budget_ms", c->conf.commit_timeout_ms), WXG_LB("member_lost", c->member_lost),
+            WXG_LS("action", asked ? "stopping" : "restart"));
+}
+
 /* Revoke, step 4: resumes what we paused (so a later assignment starts clean), then fences:
  * completions arriving from now on are stale. Not while stopping or closing: any later
  * assignment is paused at once anyway, and librdkafka 2.0.2 may already have dropped these
@@ -1030,18 +1173,28 @@ static int member_gone(rd_kafka_resp_err_t err)
  * rd_kafka_resume_partitions() then waits without limit for a reply from a partition nobody
  * serves any more, and the stop never returns. A stop asked while this revoke ran counts too:
  * the poll thread is still inside the rebalance callback when the signal comes, and only sets
- * `stopping` once it is back in wxg_consumer_run. */
+ * `stopping` once it is back in wxg_consumer_run. Otherwise the resume is bounded by the commit
+ * budget (kcall_bounded). */
 static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
 {
-    cpart **res = calloc(nv + 1, sizeof *res);
-    size_t nr = 0;
     int skip = c->closing || c->stopping || atomic_load(&c->stop_requested);
-    for (size_t i = 0; res && !skip && i < nv; i++) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)nv + 1);
+    for (size_t i = 0; l && !skip && i < nv; i++) {
         if (v[i]->paused)
-            res[nr++] = v[i];
+            rd_kafka_topic_partition_list_add(l, v[i]->topic, v[i]->partition);
     }
-    set_paused(c, res, nr, 0);
-    free(res);
+    /* Also after a lost membership (member_lost): such a resume usually returns, and one
+     * skipped would leave the partitions paused inside librdkafka for a later assignment. */
+    if (l && l->cnt > 0) {
+        char err[64];
+        if (kcall_bounded(c, KCALL_RESUME, l, c->conf.commit_timeout_ms, err, sizeof err) != 0)
+            abandon_kafka(c, "resume_timeout");
+        else
+            wxg_log(WXG_LOG_INFO, "resume", WXG_LI("partitions", l->cnt),
+                    WXG_LS("reason", "revoked"), WXG_LS("kafka_err", err[0] ? err : NULL));
+    }
+    if (l)
+        rd_kafka_topic_partition_list_destroy(l);
     for (size_t i = 0; i < nv; i++) {
         v[i]->assigned = 0;
         v[i]->paused = 0;
@@ -1053,131 +1206,17 @@ static void revoke_fence(wxg_consumer_t *c, cpart *const *v, size_t nv)
     }
 }
 
-/* Revoke, step 5: hands the partitions back to librdkafka.
- *
- * rd_kafka_assign() and rd_kafka_incremental_unassign() are requests to librdkafka's group
- * thread that wait for its answer without a limit, and librdkafka 2.0.2 can drop such a request
- * unanswered: a group that terminates (during the close, after a commit refused with
- * UNKNOWN_MEMBER_ID made it treat the assignment as lost) purges the requests still queued for
- * it. The replica then never got past this step, and a stop never ended. So the release runs on
- * a thread of its own, and the poll thread waits for it at most the commit budget. When no
- * answer came, the handle is abandoned as after a close timeout (see close_bounded): the
- * watermarks were committed or not before this step, never past unfinished work, and the
- * process exits instead of waiting for ever. */
-typedef struct release_call {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs; /* the poll thread's and the release thread's */
-    int done;
-    rd_kafka_t *rk;
-    rd_kafka_topic_partition_list_t *parts; /* a copy (NULL: unassign all); owned */
-    char err[64];                           /* the release's error name, "" when none */
-} release_call;
-
-static void release_unref(release_call *r)
-{
-    pthread_mutex_lock(&r->mu);
-    int last = --r->refs == 0;
-    pthread_mutex_unlock(&r->mu);
-    if (!last)
-        return;
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    if (r->parts)
-        rd_kafka_topic_partition_list_destroy(r->parts);
-    free(r);
-}
-
-static void *release_main(void *arg)
-{
-    release_call *r = arg;
-    const char *name = NULL;
-    rd_kafka_error_t *e = NULL;
-    if (r->parts) {
-        e = rd_kafka_incremental_unassign(r->rk, r->parts);
-        if (e)
-            name = rd_kafka_error_name(e);
-    } else {
-        rd_kafka_resp_err_t err = rd_kafka_assign(r->rk, NULL);
-        if (err)
-            name = rd_kafka_err2name(err);
-    }
-    pthread_mutex_lock(&r->mu);
-    if (name)
-        snprintf(r->err, sizeof r->err, "%s", name);
-    r->done = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    if (e)
-        rd_kafka_error_destroy(e);
-    release_unref(r);
-    return NULL;
-}
-
-/* Runs the release on its thread and waits at most budget_ms. Returns 0 when it returned, -1
- * when it did not (it is left running; the handle must not be destroyed). */
-static int release_bounded(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts,
-                           int64_t budget_ms)
-{
-    release_call *r = calloc(1, sizeof *r);
-    if (!r)
-        return -1;
-    pthread_condattr_t ca;
-    int ok = pthread_condattr_init(&ca) == 0;
-    if (ok) {
-        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-             pthread_cond_init(&r->cv, &ca) == 0;
-        pthread_condattr_destroy(&ca);
-    }
-    if (!ok || pthread_mutex_init(&r->mu, NULL) != 0) {
-        if (ok)
-            pthread_cond_destroy(&r->cv);
-        free(r);
-        return -1;
-    }
-    r->rk = c->rk;
-    r->refs = 2;
-    r->parts = parts ? rd_kafka_topic_partition_list_copy(parts) : NULL;
-    pthread_t th;
-    pthread_attr_t attr;
-    int started = pthread_attr_init(&attr) == 0;
-    if (started) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        started = pthread_create(&th, &attr, release_main, r) == 0;
-        pthread_attr_destroy(&attr);
-    }
-    if (!started) {
-        /* No thread: release here, unbounded, as before. */
-        r->refs = 1;
-        release_main(r);
-        return 0;
-    }
-    struct timespec ts = wxg__mono_after(budget_ms);
-    pthread_mutex_lock(&r->mu);
-    while (!r->done) {
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
-            break;
-    }
-    int done = r->done;
-    char err[sizeof r->err];
-    memcpy(err, r->err, sizeof err);
-    pthread_mutex_unlock(&r->mu);
-    release_unref(r);
-    if (done && err[0])
-        wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", err));
-    return done ? 0 : -1;
-}
-
+/* Revoke, step 5: hands the partitions back to librdkafka, within the commit budget (see
+ * kcall_bounded). */
 static void revoke_release(wxg_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
-    if (release_bounded(c, is_cooperative(c) ? parts : NULL, c->conf.commit_timeout_ms) == 0)
-        return;
-    c->release_stuck = 1;
-    c->close_timed_out = 1; /* the handle is abandoned, never destroyed (wxg_consumer_destroy) */
-    if (!atomic_load(&c->fatal))
-        atomic_store(&c->stop_requested, 1);
-    wxg_log(WXG_LOG_WARN, "release_timeout", WXG_LI("budget_ms", c->conf.commit_timeout_ms),
-            WXG_LB("member_lost", c->member_lost), WXG_LS("action", "stopping"));
+    char err[64];
+    int coop = is_cooperative(c);
+    if (kcall_bounded(c, coop ? KCALL_INCR_UNASSIGN : KCALL_UNASSIGN, coop ? parts : NULL,
+                      c->conf.commit_timeout_ms, err, sizeof err) != 0)
+        abandon_kafka(c, "release_timeout");
+    else if (err[0])
+        wxg_log(WXG_LOG_WARN, "unassign_error", WXG_LS("kafka_err", err));
 }
 
 /* A revoke drains first, then fences, in five steps. */
@@ -2173,8 +2212,8 @@ static void close_bounded(wxg_consumer_t *c)
     c->closing = 1;
     /* A release that never returned holds librdkafka's group in the rebalance: the close
      * would wait for it too. The handle is abandoned already (revoke_release). */
-    if (c->release_stuck) {
-        wxg_log(WXG_LOG_WARN, "close_skipped", WXG_LS("reason", "release_timeout"));
+    if (c->kafka_stuck) {
+        wxg_log(WXG_LOG_WARN, "close_skipped", WXG_LS("reason", "kafka_call_timeout"));
         return;
     }
     /* When the final commit got no answer the coordinator cannot be reached: the close would
@@ -2196,8 +2235,8 @@ static void close_bounded(wxg_consumer_t *c)
     while (!rd_kafka_consumer_closed(c->rk)) {
         /* A revoke served by the close whose release got no answer: the close cannot finish
          * either, and the handle is abandoned already (revoke_release). */
-        if (c->release_stuck) {
-            wxg_log(WXG_LOG_WARN, "close_abandoned", WXG_LS("reason", "release_timeout"));
+        if (c->kafka_stuck) {
+            wxg_log(WXG_LOG_WARN, "close_abandoned", WXG_LS("reason", "kafka_call_timeout"));
             return;
         }
         int64_t left = deadline - wxg__mono_ms();
