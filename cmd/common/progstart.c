@@ -34,20 +34,26 @@ wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program
                        void (*usage)(FILE *out), int *exit_code)
 {
     const char *config = NULL;
-    int print_config = 0;
+    int print_config = 0, check_only = 0;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     size_t nsets = 0;
     if (!sets) {
         *exit_code = PROG_EXIT_FATAL;
         return NULL;
     }
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 's'},
-        {"print-config", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"set", required_argument, NULL, 's'},
+                                         {"print-config", no_argument, NULL, 'p'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
+                                         {"check", no_argument, NULL, 'C'},
+                                         {NULL, 0, NULL, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "c:s:phV", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:phVC", opts, NULL)) != -1) {
         switch (ch) {
+        case 'C':
+            check_only = 1;
+            break;
         case 'c':
             config = optarg;
             break;
@@ -88,6 +94,16 @@ wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program
     if (!conf) {
         fprintf(stderr, "%s: %s\n", prog, err);
         *exit_code = PROG_EXIT_USAGE;
+        return NULL;
+    }
+    if (check_only) {
+        /* The configuration as the program would load it: every key known, typed and within
+         * its limits, the cross-key rules held; warnings on stderr. No server is contacted. */
+        for (size_t i = 0; i < wxg_conf_warning_count(conf); i++)
+            fprintf(stderr, "%s: warning: %s\n", prog, wxg_conf_warning(conf, i));
+        printf("%s: configuration %s is valid\n", prog, config ? config : "(defaults)");
+        wxg_conf_free(conf);
+        *exit_code = 0;
         return NULL;
     }
     if (print_config) {

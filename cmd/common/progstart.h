@@ -1,7 +1,8 @@
 /*
  * The start-up every long-running wxguard program shares: its command line
- * (--config FILE, --set K=V ..., --print-config, --help, --version), loading the configuration
- * through the conf module, --print-config, the log.* settings and the configuration warnings.
+ * (--config FILE, --set K=V ..., --print-config, --check, --help, --version), loading the
+ * configuration through the conf module, --print-config, --check, the log.* settings and the
+ * configuration warnings.
  * Compiled into each program that uses it (cmd/<prog>/CMakeLists.txt adds progstart.c), so it
  * sees only the public API, as the rest of cmd/ does.
  *
@@ -24,7 +25,8 @@
  * configuration for `program` (a WXG_PROG_* bit) and applies its log.* keys, logging each
  * configuration warning. usage(out) prints the program's help. Returns the configuration (the
  * caller frees it with wxg_conf_free) when the program should go on; NULL when it should exit
- * with *exit_code: 0 after --help, --version or --print-config, PROG_EXIT_USAGE for a bad
+ * with *exit_code: 0 after --help, --version, --print-config or --check (the configuration
+ * loads and holds every key's rules; its warnings go to stderr), PROG_EXIT_USAGE for a bad
  * argument or configuration (the reason printed on stderr), PROG_EXIT_FATAL when out of memory
  * or the configuration could not be printed. */
 wxg_conf_t *prog_start(int argc, char **argv, const char *prog, unsigned program,

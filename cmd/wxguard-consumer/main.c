@@ -64,19 +64,22 @@ static int ready_cb(void *opaque, char *reason, size_t size)
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: wxguard-consumer --config FILE [--set key=value]... [--print-config]\n"
-            "       wxguard-consumer --help | --version\n\n"
-            "  -c, --config FILE    properties file (key = value lines, # comments)\n"
-            "  -s, --set K=V        override one key (repeatable; wins over file and env)\n"
-            "  -p, --print-config   print the effective configuration (secrets as ***), exit\n"
-            "  -h, --help           this text\n"
-            "  -V, --version        print the version\n\n"
-            "Every key may also come from the environment as WXG_<KEY> (upper case, '.' as "
-            "'_'),\ne.g. WXG_KAFKA_BOOTSTRAP_SERVERS. kafka.* keys go to librdkafka as they are.\n"
-            "SIGTERM/SIGINT: drain, commit, exit 0; a second signal exits at once.\n"
-            "exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, "
-            "3 start-up failure\n");
+    fprintf(
+        out,
+        "usage: wxguard-consumer --config FILE [--set key=value]... [--print-config | --check]\n"
+        "       wxguard-consumer --help | --version\n\n"
+        "  -c, --config FILE    properties file (key = value lines, # comments)\n"
+        "  -s, --set K=V        override one key (repeatable; wins over file and env)\n"
+        "  -p, --print-config   print the effective configuration (secrets as ***), exit\n"
+        "  -C, --check          check the configuration (keys, types, limits), exit 0 when\n"
+        "                       it is valid, 2 when not; no server is contacted\n"
+        "  -h, --help           this text\n"
+        "  -V, --version        print the version\n\n"
+        "Every key may also come from the environment as WXG_<KEY> (upper case, '.' as "
+        "'_'),\ne.g. WXG_KAFKA_BOOTSTRAP_SERVERS. kafka.* keys go to librdkafka as they are.\n"
+        "SIGTERM/SIGINT: drain, commit, exit 0; a second signal exits at once.\n"
+        "exit status: 0 clean stop, 1 fatal error, 2 usage or configuration error, "
+        "3 start-up failure\n");
 }
 
 /* Every plugin.<name>.* setting, whatever the plugin: an external plugin's name is known only

@@ -35,11 +35,13 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: wxguard-ingest --config FILE [--set key=value]... [--print-config]\n"
+            "usage: wxguard-ingest --config FILE [--set key=value]... [--print-config | --check]\n"
             "       wxguard-ingest --help | --version\n\n"
             "  -c, --config FILE    properties file (key = value lines, # comments)\n"
             "  -s, --set K=V        override one key (repeatable; wins over file and env)\n"
             "  -p, --print-config   print the effective configuration (secrets as ***), exit\n"
+            "  -C, --check          check the configuration (keys, types, limits), exit 0 when\n"
+            "                       it is valid, 2 when not; no server is contacted\n"
             "  -h, --help           this text\n"
             "  -V, --version        print the version\n\n"
             "Endpoints on ingest.listen (the callback port):\n"
