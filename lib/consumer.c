@@ -1852,6 +1852,11 @@ static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
     m->pl.lease_lost = wxg_metrics_counter(
         r, "wxg_lease_lost_total",
         "Transitions refused because another owner took the message over.", NULL);
+    m->pl.unreadable = wxg_metrics_counter(
+        r, "wxg_guard_unreadable_total",
+        "Claims answered BUSY because the message's guard state holds a value the layout does "
+        "not write; the message waits until an operator clears it (log guard_state_unreadable).",
+        NULL);
     m->commits = wxg_metrics_counter(r, "wxg_commits_total", "Successful offset commits.", NULL);
     m->commit_failures =
         wxg_metrics_counter(r, "wxg_commit_failures_total", "Offset commits that failed.", NULL);
@@ -1864,8 +1869,9 @@ static int metrics_counters(cmetrics *m, wxg_metrics_t *r)
     if (metrics_cluster(&m->pl, r) != 0)
         return -1;
     return m->records && m->decode_errors && m->pl.mismatches && m->pl.processed && m->pl.retries &&
-                   m->pl.dlq_writes && m->pl.dlq_errors && m->pl.lease_lost && m->commits &&
-                   m->commit_failures && m->assigns && m->revokes && m->revoke_timeouts
+                   m->pl.dlq_writes && m->pl.dlq_errors && m->pl.lease_lost && m->pl.unreadable &&
+                   m->commits && m->commit_failures && m->assigns && m->revokes &&
+                   m->revoke_timeouts
                ? 0
                : -1;
 }

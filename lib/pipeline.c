@@ -252,6 +252,24 @@ static void stage_sort(wxg__pl_worker_t *w, void *const *items, size_t n)
     }
 }
 
+/* A claim met a guard state it cannot act on (a field value the layout does not write): the
+ * message waits, retried, and holds its partition's watermark until an operator clears the
+ * state, so it must not wait silently. Counted at every answer, logged at the first and then
+ * at most once a minute per message. */
+static void unreadable_state(wxg__pl_worker_t *w, wxg__pl_item_t *it)
+{
+    wxg_counter_inc(w->m->unreadable);
+    int64_t now = wxg__mono_ms();
+    if (it->unreadable_logged_ms && now - it->unreadable_logged_ms < 60000)
+        return;
+    it->unreadable_logged_ms = now;
+    const wxg__pl_record_t *r = it->rec;
+    wxg_log(WXG_LOG_ERROR, "guard_state_unreadable", WXG_LS("topic", r->topic),
+            WXG_LI("partition", r->partition), WXG_LI("offset", r->offset),
+            WXG_LID("key", it->msg ? it->msg->key : NULL),
+            WXG_LS("action", "retried until cleared: wxguardctl inspect, then purge"));
+}
+
 /* One claim answer: DUPLICATE finishes, BUSY waits out the owner's lease, CLAIMED goes on to
  * the plugins. */
 static void claim_answered(wxg__pl_worker_t *w, wxg__pl_item_t *it, wxg_guard_claim_t *cl)
@@ -269,6 +287,8 @@ static void claim_answered(wxg__pl_worker_t *w, wxg__pl_item_t *it, wxg_guard_cl
         break;
     case WXG_GUARD_BUSY: {
         wxg_counter_inc(m->claims[WXG__PL_BUSY]);
+        if (cl->unreadable)
+            unreadable_state(w, it);
         int64_t d = cl->lease_ms_left > 0 ? cl->lease_ms_left : 0;
         wxg_guard_claim_clear(cl);
         requeue(w, it, WXG__PL_CLAIM, d + 5 + rand_r(&w->seed) % 50);

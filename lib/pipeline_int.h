@@ -115,6 +115,7 @@ typedef struct wxg__pl_item {
     const char *fail_plugin;
     char *fail_reason;
     int64_t first_failure_ms, last_failure_ms;
+    int64_t unreadable_logged_ms; /* when guard_state_unreadable was last logged; 0: never */
 } wxg__pl_item_t;
 
 /* The metric handles the pipeline bumps (registered by the caller; docs/metrics.md). */
@@ -123,6 +124,7 @@ typedef struct wxg__pl_metrics {
     wxg_metric_t *mismatches, *cache_hits;
     wxg_metric_t *guard_errors[WXG__PL_OP_N];
     wxg_metric_t *processed, *retries, *dlq_writes, *dlq_errors, *lease_lost;
+    wxg_metric_t *unreadable; /* claims BUSY on a guard state the consumer cannot act on */
     wxg_metric_t *claim_seconds;
     wxg_metric_t **plugin_results;       /* nplugins * WXG__PL_RESULT_N */
     wxg_metric_t **plugin_seconds;       /* nplugins */

@@ -1116,8 +1116,15 @@ int wxgb_guard_main(int argc, char **argv)
         wxg_conf_free(o.conf);
         return rc;
     }
+    /* Valkey answers redis_version with the Redis version it is compatible with; its own is
+     * valkey_version. */
     char version[64], cpu[128] = "?";
-    info_string(admin, "server", "redis_version", version, sizeof version);
+    const char *server = "valkey-server";
+    info_string(admin, "server", "valkey_version", version, sizeof version);
+    if (strcmp(version, "?") == 0) {
+        server = "redis-server";
+        info_string(admin, "server", "redis_version", version, sizeof version);
+    }
     FILE *ci = fopen("/proc/cpuinfo", "r");
     if (ci) {
         char line[256];
@@ -1142,8 +1149,9 @@ int wxgb_guard_main(int argc, char **argv)
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     printf("## wxguard-bench guard\n\n");
-    printf("- date: %s\n- machine: %ld CPUs, %s\n- redis-server %s at %s:%d db %d\n", date,
-           sysconf(_SC_NPROCESSORS_ONLN), cpu, version, o.redis.host, o.redis.port, o.redis.db);
+    printf("- date: %s\n- machine: %ld CPUs, %s\n- %s %s at %s:%d db %d\n", date,
+           sysconf(_SC_NPROCESSORS_ONLN), cpu, server, version, o.redis.host, o.redis.port,
+           o.redis.db);
     printf("- messages per row: %llu, guard batch: %d, DONE bucket width: %lld ms, duplicates "
            "(native, lua, seed%s): %.0f %%\n\n",
            (unsigned long long)o.messages, o.batch,

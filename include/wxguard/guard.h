@@ -240,6 +240,10 @@ typedef struct wxg_guard_claim {
     wxg_guard_plugin_result_t *finished; /* CLAIMED: owned by this struct */
     int payload_mismatch;                /* DUPLICATE: the DONE message had another payload */
     int64_t lease_ms_left;               /* BUSY: time left on the live owner's lease */
+    /* BUSY: the message's field in Redis holds a value this layout never writes (written by
+     * something else, or by a newer version): it stays BUSY until an operator looks at it and
+     * clears it (wxguardctl inspect, purge). Counted in wxg_guard_stats_t.unreadable. */
+    int unreadable;
     int cached; /* DUPLICATE: answered by the near cache (conf.done_cache), without Redis */
 } wxg_guard_claim_t;
 
@@ -425,6 +429,9 @@ typedef struct wxg_guard_stats {
     /* Native claims whose commands may have run after the time bucket they were sized for had
      * ended (a stall past the clock margin): refused with WXG_ETIMEDOUT, never CLAIMED. */
     uint64_t late_claims;
+    /* Claims answered BUSY because the message's field holds a value the layout does not write
+     * (wxg_guard_claim_t.unreadable). */
+    uint64_t unreadable;
 } wxg_guard_stats_t;
 
 WXG_EXPORT void wxg_guard_get_stats(const wxg_guard_t *g, wxg_guard_stats_t *out);

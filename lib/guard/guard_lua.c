@@ -138,10 +138,12 @@ int wxg__guard_parse_claim(const redisReply *r, wxg_guard_claim_t *out)
         out->payload_mismatch = (int)a;
         return 0;
     case 3:
+    case 4:
         if (r->elements != 2 || reply_int(r->element[1], &a) || a < 0)
             return WXG_EREDIS;
         out->outcome = WXG_GUARD_BUSY;
         out->lease_ms_left = a;
+        out->unreadable = code == 4;
         return 0;
     default:
         return WXG_EREDIS;
@@ -861,6 +863,7 @@ static int claim_results(wxg__guard_redis_t *rg, const wxg__guard_batch_t *b,
                 break;
             case WXG_GUARD_BUSY:
                 rg->stats->busy++;
+                rg->stats->unreadable += (uint64_t)o->unreadable;
                 break;
             }
         }

@@ -1164,6 +1164,63 @@ static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claime
     proxy_stop(&p);
 }
 
+/* A field value the layout never writes (another program's write into the prefix, a newer
+ * version's state): every claim answers BUSY flagged unreadable, on both designs, counted in
+ * the handle's stats, so that the consumer can say so instead of waiting silently; inspect
+ * does not take it for DONE, and purge clears it, after which the message is claimed. */
+static void a_field_value_the_layout_does_not_write_is_busy_unreadable_until_purged(void **state)
+{
+    fixture *f = *state;
+    const char *key = "bot:n:unreadable";
+    wxg_guard_claim_t c;
+    assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
+    assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
+    redisContext *x = gt_redis("127.0.0.1", f->redis.port, NULL);
+    char pattern[96], **keys = NULL;
+    snprintf(pattern, sizeof pattern, "%s*:d:*", f->prefix);
+    assert_int_equal(gt_scan(x, pattern, &keys), 1);
+    const char *argv[2] = {"HGETALL", keys[0]};
+    redisReply *r = gt_cmd(x, 2, argv);
+    assert_int_equal(r->elements, 2);
+    const char *sargv[4] = {"HSET", keys[0], r->element[0]->str, "X-not-ours"};
+    size_t slens[4] = {4, strlen(keys[0]), r->element[0]->len, 10};
+    redisReply *w = redisCommandArgv(x, 4, sargv, slens);
+    assert_non_null(w);
+    freeReplyObject(w);
+    freeReplyObject(r);
+    gt_free_keys(keys);
+    redisFree(x);
+
+    wxg_guard_t *other = gt_open(&f->conf);
+    wxg_guard_stats_t before, after;
+    wxg_guard_get_stats(other, &before);
+    for (int i = 0; i < 2; i++) {
+        wxg_guard_claim_t d;
+        assert_int_equal(wxg_guard_claim(other, key, strlen(key), NULL, &d), 0);
+        assert_int_equal(d.outcome, WXG_GUARD_BUSY);
+        assert_true(d.unreadable);
+        assert_true(d.lease_ms_left > 0);
+        wxg_guard_claim_clear(&d);
+    }
+    wxg_guard_get_stats(other, &after);
+    assert_int_equal(after.unreadable - before.unreadable, 2);
+    wxg_guard_record_t *rec = NULL;
+    assert_int_equal(wxg_guard_inspect(other, key, strlen(key), NULL, &rec), 0);
+    assert_int_not_equal(rec->state, WXG_GUARD_DONE);
+    wxg_guard_record_free(rec);
+    int purged = 0;
+    assert_int_equal(wxg_guard_purge(other, key, strlen(key), &purged), 0);
+    assert_int_equal(purged, 1);
+    wxg_guard_claim_t e;
+    assert_int_equal(wxg_guard_claim(other, key, strlen(key), NULL, &e), 0);
+    assert_int_equal(e.outcome, WXG_GUARD_CLAIMED);
+    assert_false(e.unreadable);
+    assert_int_equal(wxg_guard_complete(other, &e.ticket, NULL), 0);
+    wxg_guard_claim_clear(&e);
+    wxg_guard_claim_clear(&c);
+    wxg_guard_destroy(other);
+}
+
 /* Claims `key` with g, expecting `outcome`; returns the claim (clear it). */
 static wxg_guard_claim_t claim_expect(wxg_guard_t *g, const char *key, wxg_guard_outcome_t outcome)
 {
@@ -1452,6 +1509,9 @@ int main(void)
             a_stale_owners_complete_cut_after_a_purge_leaves_no_message_stuck, setup, teardown),
         cmocka_unit_test_setup_teardown(
             a_new_owners_complete_between_a_stale_owners_two_round_trips_ends_done, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            a_field_value_the_layout_does_not_write_is_busy_unreadable_until_purged, setup,
             teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,6 +37,7 @@ typedef struct fg_rec {
     char *reason;
     fg_plugin *plugins;
     size_t nplugins;
+    int unreadable; /* fakeguard_set_unreadable: claims answer BUSY, unreadable, for ever */
 } fg_rec;
 
 struct fakeguard {
@@ -296,6 +297,12 @@ static int claim_one(fakeguard_t *f, const wxg_guard_conf_t *conf, const wxg_gua
     if (r && r->st == WXG_GUARD_DONE) {
         o->outcome = WXG_GUARD_DUPLICATE;
         o->payload_mismatch = r->tag != tag;
+        return 0;
+    }
+    if (r && r->unreadable) {
+        o->outcome = WXG_GUARD_BUSY;
+        o->lease_ms_left = 1000;
+        o->unreadable = 1;
         return 0;
     }
     int64_t now = lease_now(f);
@@ -719,6 +726,15 @@ void fakeguard_set_busy(fakeguard_t *f, const char *key, int64_t lease_ms)
     fg_rec *r = rec_get(f, key, strlen(key));
     if (r)
         take(f, r, lease_ms, 0);
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fakeguard_set_unreadable(fakeguard_t *f, const char *key)
+{
+    pthread_mutex_lock(&f->mu);
+    fg_rec *r = rec_get(f, key, strlen(key));
+    if (r)
+        r->unreadable = 1;
     pthread_mutex_unlock(&f->mu);
 }
 

@@ -68,6 +68,10 @@ void fakeguard_set_busy(fakeguard_t *f, const char *key, int64_t lease_ms);
  * transitions are LEASE_LOST. */
 void fakeguard_steal(fakeguard_t *f, const char *key);
 
+/* Gives `key` a guard state the consumer cannot act on, as a field value the layout does not
+ * write: every claim answers BUSY with unreadable set, for ever. */
+void fakeguard_set_unreadable(fakeguard_t *f, const char *key);
+
 /* Moves the fake's clock forward by ms, so that leases expire without sleeping. */
 void fakeguard_advance(fakeguard_t *f, int64_t ms);
 

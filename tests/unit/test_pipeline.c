@@ -34,6 +34,7 @@
 #include "pipeline_int.h"
 #include "pool_int.h"
 #include "wxguard/err.h"
+#include "wxguard/log.h"
 
 #define MAXN  8
 #define TOPIC "orders"
@@ -142,6 +143,7 @@ static void register_metrics(fixture *x, size_t nplugins)
     x->m.dlq_writes = counter(x, "dlq_writes", "k", "v");
     x->m.dlq_errors = counter(x, "dlq_errors", "k", "v");
     x->m.lease_lost = counter(x, "lease_lost", "k", "v");
+    x->m.unreadable = counter(x, "unreadable", "k", "v");
     x->m.claim_seconds = wxg_metrics_histogram(x->reg, "claim_seconds", "test", NULL, 0, NULL);
     x->m.plugin_results = calloc(nplugins * WXG__PL_RESULT_N, sizeof *x->m.plugin_results);
     x->m.plugin_seconds = calloc(nplugins, sizeof *x->m.plugin_seconds);
@@ -352,6 +354,55 @@ static void busy_is_requeued_after_the_owners_lease_and_never_finished_early(voi
     assert_int_equal(x->nfinished, 1);
     assert_int_equal(value(x->m.processed), 1);
     assert_int_equal(fakeguard_state(x->f, key, NULL, NULL), WXG_GUARD_DONE);
+    teardown(x);
+}
+
+/* Collects log lines (the pipeline logs from the calling thread here). */
+static char unreadable_log[8192];
+static size_t unreadable_log_len;
+
+static void unreadable_sink(void *opaque, wxg_log_level_t level, const char *line, size_t len)
+{
+    (void)opaque;
+    (void)level;
+    if (unreadable_log_len + len < sizeof unreadable_log) {
+        memcpy(unreadable_log + unreadable_log_len, line, len);
+        unreadable_log_len += len;
+        unreadable_log[unreadable_log_len] = '\0';
+    }
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* A guard state the consumer cannot act on (a field value the layout does not write) keeps the
+ * message waiting, never finished nor run, and says so: a metric at every answer and a log line
+ * naming the partition and offset, at most once a minute. */
+static void an_unreadable_guard_state_is_counted_and_logged_not_waited_on_silently(void **state)
+{
+    (void)state;
+    fixture *x = setup("noop", NULL, 0);
+    const char *key = add_message(x, 2);
+    fakeguard_set_unreadable(x->f, key);
+    unreadable_log_len = 0;
+    unreadable_log[0] = '\0';
+    wxg_log_set_sink(unreadable_sink, NULL);
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(run(x), 0);
+        assert_true(x->out[0] > 0); /* waits, retried */
+        assert_int_equal(x->nfinished, 0);
+    }
+    wxg_log_set_sink(NULL, NULL);
+    assert_int_equal(value(x->m.unreadable), 3);
+    assert_int_equal(plugin_runs(x, 0, WXG__PL_OK), 0);
+    assert_int_equal(count_of(unreadable_log, "event=guard_state_unreadable"), 1);
+    assert_non_null(strstr(unreadable_log, "partition="));
+    assert_non_null(strstr(unreadable_log, "offset="));
     teardown(x);
 }
 
@@ -800,6 +851,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_duplicate_is_finished_and_runs_no_plugin),
         cmocka_unit_test(busy_is_requeued_after_the_owners_lease_and_never_finished_early),
+        cmocka_unit_test(an_unreadable_guard_state_is_counted_and_logged_not_waited_on_silently),
         cmocka_unit_test(a_lease_lost_at_plugin_done_requeues_for_a_fresh_claim),
         cmocka_unit_test(a_lease_lost_at_complete_requeues_for_a_fresh_claim),
         cmocka_unit_test(

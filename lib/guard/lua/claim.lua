@@ -16,6 +16,8 @@
 --   {1, fence, attempt, {plugin, result, ...}}  CLAIMED again (FAILED, released, or an expired
 --                                               lease), with the plugins already finished
 --   {3, ms_left}                                BUSY
+--   {4, ms}                                     BUSY on a field value this layout does not
+--                                               write (retry after ms; an operator clears it)
 --
 -- The live buckets are probed newest first: a message DONE anywhere in the retention is a
 -- duplicate whatever else exists. A message without any state gets an in-flight value in the
@@ -74,9 +76,10 @@ for i = 1, #KEYS / KPM do
     end
   elseif not is_pointer(v) then
     -- Neither a marker, a spent or in-flight value nor a pointer: not written by this layout
-    -- (every integer a native complete leaves is one of those). Never acknowledged: BUSY, and
-    -- the admin tool's purge deletes it (lib/guard/lua/purge.lua).
-    res = {3, 1000}
+    -- (every integer a native complete leaves is one of those). Never acknowledged: BUSY,
+    -- flagged so that the caller says so (wxg_guard_claim_t.unreadable), until the admin
+    -- tool's purge deletes it (lib/guard/lua/purge.lua).
+    res = {4, 1000}
   else
     local rk = record_key(i)
     local old = redis.call('GET', rk)
