@@ -27,22 +27,9 @@ if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
   pin_server=(taskset -c 1) pin_bench=(taskset -c 0)
 fi
 
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  echo "servers.sh: no free port" >&2
-  exit 1
-}
-
 run_one() {
   local server=$1 cli=$2 port out
-  port=$(free_port)
+  port=$("$here/cluster.sh" port)
   mkdir -p "$tmp/$server"
   "${pin_server[@]}" "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$tmp/$server" --daemonize no >"$tmp/$server/log" 2>&1 &

@@ -670,15 +670,24 @@ static void a_complete_of_a_forgotten_claim_run_after_its_answer_was_lost_ends_d
 /* Where a native complete's increments leave a field when its completer dies before their
  * repair: `times` increments of tag - value onto the claim's in-flight value (empty: onto a
  * field Redis lost), done here by hand as the dead completer's commands were. */
+/* The fixture's one DONE bucket (its name in *keys, free with gt_free_keys) and its one field
+ * with the value, as HGETALL answers them (free the reply). */
+static redisReply *the_only_field(const fixture *f, redisContext *x, char ***keys)
+{
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "%s*:d:*", f->prefix);
+    assert_int_equal(gt_scan(x, pattern, keys), 1);
+    const char *argv[2] = {"HGETALL", (*keys)[0]};
+    redisReply *r = gt_cmd(x, 2, argv);
+    assert_int_equal(r->elements, 2);
+    return r;
+}
+
 static void increments_left_by_a_dead_completer(fixture *f, int times, int empty)
 {
     redisContext *x = gt_redis("127.0.0.1", f->redis.port, NULL);
-    char pattern[96], **keys = NULL;
-    snprintf(pattern, sizeof pattern, "%s*:d:*", f->prefix);
-    assert_int_equal(gt_scan(x, pattern, &keys), 1);
-    const char *argv[4] = {"HGETALL", keys[0]};
-    redisReply *r = gt_cmd(x, 2, argv);
-    assert_int_equal(r->elements, 2);
+    char **keys = NULL;
+    redisReply *r = the_only_field(f, x, &keys);
     long long value = strtoll(r->element[1]->str, NULL, 10), tag = 1; /* no payload: tag 1 */
     char field[64], delta[32];
     size_t fl = r->element[0]->len;
@@ -1176,12 +1185,8 @@ static void a_field_value_the_layout_does_not_write_is_busy_unreadable_until_pur
     assert_int_equal(wxg_guard_claim(f->g, key, strlen(key), NULL, &c), 0);
     assert_int_equal(c.outcome, WXG_GUARD_CLAIMED);
     redisContext *x = gt_redis("127.0.0.1", f->redis.port, NULL);
-    char pattern[96], **keys = NULL;
-    snprintf(pattern, sizeof pattern, "%s*:d:*", f->prefix);
-    assert_int_equal(gt_scan(x, pattern, &keys), 1);
-    const char *argv[2] = {"HGETALL", keys[0]};
-    redisReply *r = gt_cmd(x, 2, argv);
-    assert_int_equal(r->elements, 2);
+    char **keys = NULL;
+    redisReply *r = the_only_field(f, x, &keys);
     const char *sargv[4] = {"HSET", keys[0], r->element[0]->str, "X-not-ours"};
     size_t slens[4] = {4, strlen(keys[0]), r->element[0]->len, 10};
     redisReply *w = redisCommandArgv(x, 4, sargv, slens);
