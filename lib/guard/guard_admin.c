@@ -7,7 +7,7 @@
  * fresh retry budget for a redrive; purge deletes one in-flight record; scan walks the in-flight
  * records under the prefix with SCAN (never KEYS); ping checks that Redis answers. Each
  * one-message operation is one read-only or owner-free Lua script (lib/guard/lua/) run through the
- * Lua design's batch runner (lib/guard/guard_lua.c), so it sees the record exactly as the
+ * scripts' batch runner (lib/guard/guard_batch.c), so it sees the record exactly as the
  * transitions write it. The record's format stays inside the scripts: they hand C a flat name/value
  * list (lib/guard/lua/_record.lua's rec_fields, named as lib/guard/guard_record.def names them),
  * which parse_record_fields reads.

@@ -2,8 +2,9 @@
  * What the guard's Redis designs (lib/guard/guard_native.c, lib/guard/guard_lua.c,
  * lib/guard/guard_naive.c) share: the design state with its connection (lib/guard/guard_conn.c),
  * the key layout (lib/guard/guard_layout.c) and each time bucket's layout (lib/guard/guard_geom.c),
- * the pipelined script-call runner, the script transitions and the near cache
- * (lib/guard/guard_lua.c), and the admin operations (lib/guard/guard_admin.c). guard_int.h lists
+ * the pipelined script-call runner (lib/guard/guard_batch.c), the script transitions
+ * (lib/guard/guard_transitions.c), the near cache (lib/guard/guard_near.c), and the admin
+ * operations (lib/guard/guard_admin.c). guard_int.h lists
  * the module's files and says why it has two internal headers.
  *
  * Thread context: everything here runs on the thread that uses the handle; nothing locks.
@@ -343,7 +344,7 @@ int wxg__guard_refusal_code(const redisReply *r);
  * counts a demotion and drops the connection, so that the next call connects again. */
 void wxg__guard_conn_note_refusal(wxg__guard_redis_t *rg, const redisReply *r);
 
-/* ---- Pipelined script calls (lib/guard/guard_lua.c) ----
+/* ---- Pipelined script calls (lib/guard/guard_batch.c) ----
  *
  * One EVALSHA per chunk of at most batch_max messages (one shard per chunk in cluster mode), all
  * chunks of an API call pipelined in one round trip. A transition or one-message admin script
@@ -441,7 +442,11 @@ int wxg__guard_batch_run(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int writ
 /* The reply element of the j-th message of chunk c. */
 const redisReply *wxg__guard_batch_elem(const wxg__guard_batch_t *b, size_t c, size_t j);
 
-/* ---- Script transitions (lib/guard/guard_lua.c) ----
+/* The per-message results of a run renew/plugin_done/complete/fail/repair batch into
+ * results[] (WXG_GUARD_OK, _ALREADY_DONE, _LEASE_LOST). 0 or WXG_EREDIS. */
+int wxg__guard_batch_results(wxg__guard_redis_t *rg, wxg__guard_batch_t *b, int *results);
+
+/* ---- Script transitions (lib/guard/guard_transitions.c) ----
  *
  * Every transition as a script call per chunk, for the Lua design and for the native design's
  * rare paths. Arguments are checked as wxg__guard_ops_t says; results and counting as the
@@ -475,7 +480,7 @@ typedef struct wxg__guard_repair {
 int wxg__guard_script_repair(wxg__guard_redis_t *rg, const wxg__guard_repair_t *r, size_t n,
                              int *results);
 
-/* ---- The near cache in front of claim and behind complete (lib/guard/guard_lua.c) ---- */
+/* ---- The near cache in front of claim and behind complete (lib/guard/guard_near.c) ---- */
 
 /* A design's Redis path of a claim: fps holds the keys' fingerprints when the near cache
  * computed them, else NULL; on failure out[] is cleared. */

@@ -6,16 +6,24 @@
  * design of the same public API:
  *
  *   lib/guard/guard.c           public API: configuration defaults and checks, new/destroy,
- * argument checks, dispatch through the design's operations table, counters
+ *                               argument checks, dispatch through the design's operations
+ *                               table, counters
  *   lib/guard/guard_native.c    the native design (the default, guard.design = native): claim,
- *                         plugin_done and complete as native commands pipelined per batch; the
- *                         rare paths, renew and fail through guard_lua.c's scripts
- *   lib/guard/guard_lua.c       the scripted transitions (claim, renew, plugin_done, complete,
- * fail, each a batch of script calls), the Lua design made of them (guard.design = lua), and the
- * guard's side of the near cache of DONE messages (lib/guard/donecache.c) lib/guard/guard_naive.c
- * the benchmark's naive design (conf.naive) lib/guard/guard_layout.c    pure parts: key names,
- * fingerprint and marker geometry lib/guard/guard_geom.c      the adaptive DONE layout: each time
- * bucket's selector bits, stamped in Redis under <prefix>g:<time bucket> and cached per handle
+ *                               plugin_done and complete as native commands pipelined per
+ *                               batch; the rare paths, renew and fail as scripted transitions
+ *   lib/guard/guard_lua.c       the Lua design (guard.design = lua): every transition a script
+ *   lib/guard/guard_transitions.c  the scripted transitions (claim, renew, plugin_done,
+ *                               complete, fail, the native complete's repair), each a batch of
+ *                               script calls
+ *   lib/guard/guard_batch.c     the scripts' replies and the pipelined batch runner (also the
+ *                               admin operations')
+ *   lib/guard/guard_near.c      the guard's side of the near cache of DONE messages
+ *                               (lib/guard/donecache.c), in front of claim, behind complete
+ *   lib/guard/guard_naive.c     the benchmark's naive design (conf.naive)
+ *   lib/guard/guard_layout.c    pure parts: key names, fingerprint and marker geometry
+ *   lib/guard/guard_geom.c      the adaptive DONE layout: each time bucket's selector bits,
+ *                               stamped in Redis under <prefix>g:<time bucket>, cached per
+ *                               handle
  *   lib/guard/guard_conn.c      the Redis connection of the Redis designs: connect, AUTH, SELECT,
  *                         Sentinel, reconnect with backoff, script loading, layout stamp, the
  *                         server's clock; over lib/rconn.c, or lib/rcluster.c for a cluster

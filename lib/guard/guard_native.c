@@ -4,10 +4,10 @@
  * Purpose: the state machine of docs/guard.md §1 on layout v4 (lib/guard/guard_record.def) with the
  * common transitions as native Redis commands, pipelined per batch, because a native command
  * costs Redis about a third of the same work inside a script (docs/guard.md §9). Only the rare
- * paths go through the scripts of lib/guard/guard_lua.c: taking over an expired lease, a FAILED or
- * released message, a claim that met another state, a claim or complete near a time-bucket
- * boundary, renew and fail. docs/guard.md §4 argues, step by step, why each native step is safe
- * under concurrency; in short:
+ * paths go through the scripted transitions (lib/guard/guard_transitions.c): taking over an expired
+ * lease, a FAILED or released message, a claim that met another state, a claim or complete near a
+ * time-bucket boundary, renew and fail. docs/guard.md §4 argues, step by step, why each native step
+ * is safe under concurrency; in short:
  *
  *   claim      HSETNX <newest bucket> <field> <fence><d>, PEXPIREAT that bucket, HGET <each
  *              older live bucket> <field>. The in-flight value is one integer: the fence (the
