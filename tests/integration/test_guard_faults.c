@@ -11,21 +11,18 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <hiredis.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "guardtest.h"
 #include "testenv.h"
+#include "testproxy.h"
 #include "wxguard/guard.h"
 
 typedef struct fixture {
@@ -758,207 +755,29 @@ static void a_field_left_spent_by_a_dead_completer_reads_as_done(void **state)
 /* ---------------------------------------------------------------------------------------------
  * A connection closed in the middle of a batch
  *
- * A TCP proxy on 127.0.0.1, on a thread of its own, forwards between the guard and the fixture's
- * server. Armed, it cuts the next exchange short: it takes in the whole pipeline the guard sends
- * (until the guard has been quiet for 100 ms, scaled), then
- *   CUT_REQUESTS: forwards the first half of its bytes (so the server runs the commands in that
- *     half and never sees the rest, the one cut through included), half-closes, forwards the
- *     replies the server sends to those and closes both sides;
- *   CUT_REPLIES: forwards all of it, takes in the server's replies until it has been quiet as
- *     long, forwards the first half of their bytes and closes both sides.
- * Every wait is bounded; the proxy touches no cmocka state.
+ * A TCP proxy (tests/support/testproxy.h) forwards between the guard and the fixture's server.
+ * Armed, it cuts the next exchange short: CUT_REQUESTS lets the first half of the pipeline's
+ * bytes through (the server runs those commands and never sees the rest); CUT_REPLIES lets every
+ * command through and the first half of the replies' bytes back; then it closes the connection.
  */
 
-enum { CUT_NONE, CUT_REQUESTS, CUT_REPLIES };
-enum { PROXY_PAIRS = 8, PROXY_BUF = 1 << 20, PROXY_QUIET_MS = 100, PROXY_LIMIT_MS = 5000 };
+enum {
+    CUT_NONE = WXG_TEST_CUT_NONE,
+    CUT_REQUESTS = WXG_TEST_CUT_REQUESTS,
+    CUT_REPLIES = WXG_TEST_CUT_REPLIES
+};
 
-typedef struct proxy {
-    int lfd, port, upstream;
-    int client[PROXY_PAIRS], server[PROXY_PAIRS]; /* -1: unused */
-    pthread_t th;
-    pthread_mutex_t mu; /* guards the members below */
-    int stop, cut, cuts;
-    int delay_ms; /* > 0: every chunk from a client is held this long before it goes on */
-    size_t req_total, req_sent, rep_total, rep_sent; /* of the last cut */
-    char *buf, *rep;
-} proxy;
+typedef wxg_test_proxy_t proxy;
 
-static int proxy_get(proxy *p, const int *field)
+static proxy *proxy_start(int upstream)
 {
-    pthread_mutex_lock(&p->mu);
-    int v = *field;
-    pthread_mutex_unlock(&p->mu);
-    return v;
-}
-
-static void proxy_arm(proxy *p, int how)
-{
-    pthread_mutex_lock(&p->mu);
-    p->cut = how;
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* Reads from fd into buf[*len..cap) until it has been quiet for PROXY_QUIET_MS (scaled), closed,
- * or PROXY_LIMIT_MS (scaled) passed. */
-static void read_until_quiet(int fd, char *buf, size_t *len, size_t cap)
-{
-    int64_t end = wxg_test_now_ms() + (int64_t)PROXY_LIMIT_MS * wxg_test_scale();
-    while (*len < cap && wxg_test_now_ms() < end) {
-        struct pollfd q = {.fd = fd, .events = POLLIN};
-        if (poll(&q, 1, PROXY_QUIET_MS * wxg_test_scale()) <= 0)
-            return;
-        ssize_t n = recv(fd, buf + *len, cap - *len, 0);
-        if (n <= 0)
-            return;
-        *len += (size_t)n;
-    }
-}
-
-static void pair_close(proxy *p, int i)
-{
-    close(p->client[i]);
-    close(p->server[i]);
-    p->client[i] = p->server[i] = -1;
-}
-
-/* The cut, on pair i whose client has just sent something. */
-static void proxy_cut(proxy *p, int i, int how)
-{
-    size_t req = 0, rep = 0, req_sent, rep_sent;
-    read_until_quiet(p->client[i], p->buf, &req, PROXY_BUF);
-    if (how == CUT_REQUESTS) {
-        req_sent = req / 2;
-        wxg_test_send_all(p->server[i], p->buf, req_sent);
-        shutdown(p->server[i], SHUT_WR);
-        /* The server answers what it ran, then closes on the end of the stream. */
-        read_until_quiet(p->server[i], p->rep, &rep, PROXY_BUF);
-        rep_sent = rep;
-    } else {
-        req_sent = req;
-        wxg_test_send_all(p->server[i], p->buf, req);
-        read_until_quiet(p->server[i], p->rep, &rep, PROXY_BUF);
-        rep_sent = rep / 2;
-    }
-    /* Recorded before the guard can see the end of its connection and look. */
-    pthread_mutex_lock(&p->mu);
-    p->cut = CUT_NONE;
-    p->cuts++;
-    p->req_total = req;
-    p->req_sent = req_sent;
-    p->rep_total = rep;
-    p->rep_sent = rep_sent;
-    pthread_mutex_unlock(&p->mu);
-    wxg_test_send_all(p->client[i], p->rep, rep_sent);
-    pair_close(p, i);
-}
-
-static void proxy_accept(proxy *p)
-{
-    int c = accept(p->lfd, NULL, NULL);
-    if (c < 0)
-        return;
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->upstream)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    for (int i = 0; i < PROXY_PAIRS; i++) {
-        if (p->client[i] >= 0)
-            continue;
-        if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
-            p->client[i] = c;
-            p->server[i] = s;
-            return;
-        }
-        break;
-    }
-    close(c); /* no room, or no server: the guard sees its connection closed */
-    if (s >= 0)
-        close(s);
-}
-
-/* Forwards what one side of pair i has; a closed or failed side closes the pair. */
-static void proxy_forward(proxy *p, int i, int from_client)
-{
-    char chunk[16384];
-    int from = from_client ? p->client[i] : p->server[i];
-    int to = from_client ? p->server[i] : p->client[i];
-    ssize_t n = recv(from, chunk, sizeof chunk, 0);
-    int delay = from_client ? proxy_get(p, &p->delay_ms) : 0;
-    if (n > 0 && delay > 0)
-        usleep((useconds_t)delay * 1000); /* a late command: a stalled network or client */
-    if (n <= 0 || wxg_test_send_all(to, chunk, (size_t)n) != 0)
-        pair_close(p, i);
-}
-
-static void *proxy_main(void *arg)
-{
-    proxy *p = arg;
-    while (!proxy_get(p, &p->stop)) {
-        struct pollfd q[1 + 2 * PROXY_PAIRS];
-        int idx[1 + 2 * PROXY_PAIRS], n = 0;
-        q[n] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
-        idx[n++] = -1;
-        for (int i = 0; i < PROXY_PAIRS; i++) {
-            if (p->client[i] < 0)
-                continue;
-            q[n] = (struct pollfd){.fd = p->client[i], .events = POLLIN};
-            idx[n++] = 2 * i;
-            q[n] = (struct pollfd){.fd = p->server[i], .events = POLLIN};
-            idx[n++] = 2 * i + 1;
-        }
-        if (poll(q, (nfds_t)n, 50) <= 0)
-            continue;
-        for (int k = 0; k < n; k++) {
-            if (!(q[k].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            if (idx[k] < 0) {
-                proxy_accept(p);
-                continue;
-            }
-            int i = idx[k] / 2, from_client = idx[k] % 2 == 0;
-            if (p->client[i] < 0)
-                continue; /* closed earlier in this round */
-            int how = proxy_get(p, &p->cut);
-            if (from_client && how != CUT_NONE)
-                proxy_cut(p, i, how);
-            else
-                proxy_forward(p, i, from_client);
-        }
-    }
-    for (int i = 0; i < PROXY_PAIRS; i++)
-        if (p->client[i] >= 0)
-            pair_close(p, i);
-    return NULL;
-}
-
-static void proxy_start(proxy *p, int upstream)
-{
-    memset(p, 0, sizeof *p);
-    p->upstream = upstream;
-    for (int i = 0; i < PROXY_PAIRS; i++)
-        p->client[i] = p->server[i] = -1;
-    p->buf = malloc(PROXY_BUF);
-    p->rep = malloc(PROXY_BUF);
-    assert_true(p->buf && p->rep);
-    p->lfd = wxg_test_listen(&p->port);
-    assert_true(p->lfd >= 0);
-    pthread_mutex_init(&p->mu, NULL);
-    assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
-}
-
-static void proxy_stop(proxy *p)
-{
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->th, NULL);
-    close(p->lfd);
-    pthread_mutex_destroy(&p->mu);
-    free(p->buf);
-    free(p->rep);
+    proxy *p = wxg_test_proxy_start(upstream);
+    assert_non_null(p);
+    return p;
 }
 
 /* A guard on the fixture's prefix with a command timeout well above the proxy's pauses: through
- * the proxy (port = p->port) or straight to the server. Small script calls, so that the Lua
+ * the proxy (its port) or straight to the server. Small script calls, so that the Lua
  * design pipelines several per batch and a cut can fall between them. */
 static wxg_guard_t *cut_handle(const fixture *f, int port)
 {
@@ -982,11 +801,11 @@ typedef struct cut_batch {
 
 /* Starts the proxy to the fixture's server and two handles, *g through it and *direct, and
  * names CUT_N messages "bot:<tag>:NNNN" (the batch, freed by cut_stop). */
-static cut_batch *cut_start(const fixture *f, proxy *p, wxg_guard_t **g, wxg_guard_t **direct,
+static cut_batch *cut_start(const fixture *f, proxy **p, wxg_guard_t **g, wxg_guard_t **direct,
                             const char *tag)
 {
-    proxy_start(p, f->redis.port);
-    *g = cut_handle(f, p->port);
+    *p = proxy_start(f->redis.port);
+    *g = cut_handle(f, wxg_test_proxy_port(*p));
     *direct = cut_handle(f, f->redis.port);
     cut_batch *b = calloc(1, sizeof *b);
     assert_non_null(b);
@@ -1002,7 +821,7 @@ static void cut_stop(proxy *p, wxg_guard_t *g, wxg_guard_t *direct, cut_batch *b
     free(b);
     wxg_guard_destroy(direct);
     wxg_guard_destroy(g);
-    proxy_stop(p);
+    wxg_test_proxy_stop(p);
 }
 
 /* The proxied call failed with the connection: a retriable error whose text says so, the cut
@@ -1010,14 +829,14 @@ static void cut_stop(proxy *p, wxg_guard_t *g, wxg_guard_t *direct, cut_batch *b
 static void assert_cut(proxy *p, wxg_guard_t *g, int rc, int how)
 {
     const char *why = wxg_guard_last_error(g);
-    pthread_mutex_lock(&p->mu);
+    wxg_test_proxy_cut_t c;
+    wxg_test_proxy_last_cut(p, &c);
     print_message("cut %s: %zu of %zu request bytes, %zu of %zu reply bytes through; %s: %s\n",
-                  how == CUT_REQUESTS ? "requests" : "replies", p->req_sent, p->req_total,
-                  p->rep_sent, p->rep_total, wxg_err_name(rc), why);
-    assert_int_equal(p->cuts, 1);
-    assert_true(p->req_total > 0 && p->req_sent < p->req_total + (how == CUT_REPLIES));
-    assert_true(how == CUT_REQUESTS || p->rep_sent < p->rep_total);
-    pthread_mutex_unlock(&p->mu);
+                  how == CUT_REQUESTS ? "requests" : "replies", c.req_sent, c.req_total, c.rep_sent,
+                  c.rep_total, wxg_err_name(rc), why);
+    assert_int_equal(c.cuts, 1);
+    assert_true(c.req_total > 0 && c.req_sent < c.req_total + (how == CUT_REPLIES));
+    assert_true(how == CUT_REQUESTS || c.rep_sent < c.rep_total);
     assert_int_equal(rc, WXG_ECONN);
     assert_int_equal(wxg_err_class(rc), WXG_CLASS_RETRIABLE);
     assert_non_null(strstr(why, "closed the connection"));
@@ -1033,7 +852,7 @@ static void assert_cut(proxy *p, wxg_guard_t *g, int rc, int how)
 static int complete_cut_then_retried(void **state, int how, const char *tag)
 {
     fixture *f = *state;
-    proxy p;
+    proxy *p;
     wxg_guard_t *g, *direct;
     cut_batch *b = cut_start(f, &p, &g, &direct, tag);
     assert_int_equal(wxg_guard_claim_batch(g, b->msgs, CUT_N, b->out), 0);
@@ -1045,9 +864,9 @@ static int complete_cut_then_retried(void **state, int how, const char *tag)
     int res[CUT_N];
     for (int i = 0; i < CUT_N; i++)
         res[i] = -1;
-    proxy_arm(&p, how);
+    wxg_test_proxy_arm(p, how);
     int rc = wxg_guard_complete_batch(g, b->t, CUT_N, res);
-    assert_cut(&p, g, rc, how);
+    assert_cut(p, g, rc, how);
     /* No message is reported done, nor anything else, while its outcome is unknown. */
     for (int i = 0; i < CUT_N; i++)
         assert_int_equal(res[i], -1);
@@ -1068,7 +887,7 @@ static int complete_cut_then_retried(void **state, int how, const char *tag)
         wxg_guard_claim_clear(&again[i]);
         wxg_guard_claim_clear(&b->out[i]);
     }
-    cut_stop(&p, g, direct, b);
+    cut_stop(p, g, direct, b);
     return already;
 }
 
@@ -1110,8 +929,7 @@ static void *late_claim_main(void *arg)
 static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claimed(void **state)
 {
     fixture *f = *state;
-    proxy p;
-    proxy_start(&p, f->redis.port);
+    proxy *p = proxy_start(f->redis.port);
     wxg_guard_conf_t c = f->conf;
     char prefix[96];
     snprintf(prefix, sizeof prefix, "%slate:", f->prefix);
@@ -1123,7 +941,7 @@ static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claime
     c.connect_timeout_ms = 3000;
     c.lease_ms = 60000; /* outlives every delay below: the owner's complete must still hold */
     wxg_guard_conf_t cp = c;
-    cp.port = p.port;
+    cp.port = wxg_test_proxy_port(p);
     wxg_guard_t *late = gt_open(&cp), *direct = gt_open(&c);
     /* Start 2.8 s before a boundary: outside the 2 s margin, so the native claim is sized for
      * the time bucket that is about to end. */
@@ -1133,10 +951,7 @@ static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claime
         now = wall_ms();
     }
     int64_t boundary = (now / width + 1) * width;
-    proxy_arm(&p, CUT_NONE);
-    pthread_mutex_lock(&p.mu);
-    p.delay_ms = 4000;
-    pthread_mutex_unlock(&p.mu);
+    wxg_test_proxy_set_delay(p, 4000);
     late_claim l = {.g = late, .key = "bot:n:late"};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, late_claim_main, &l), 0);
@@ -1146,9 +961,7 @@ static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claime
     assert_int_equal(wxg_guard_claim(direct, l.key, strlen(l.key), NULL, &d), 0);
     assert_int_equal(d.outcome, WXG_GUARD_CLAIMED);
     /* Only the late claim's first commands are held: whatever it sends next goes straight on. */
-    pthread_mutex_lock(&p.mu);
-    p.delay_ms = 0;
-    pthread_mutex_unlock(&p.mu);
+    wxg_test_proxy_set_delay(p, 0);
     pthread_join(th, NULL);
     if (l.rc == 0 && l.out.outcome == WXG_GUARD_CLAIMED)
         fail_msg("two live owners: the claim that reached Redis about a second after the "
@@ -1170,7 +983,7 @@ static void a_claim_that_reaches_redis_after_its_time_bucket_ended_is_not_claime
     wxg_guard_claim_clear(&l.out);
     wxg_guard_destroy(late);
     wxg_guard_destroy(direct);
-    proxy_stop(&p);
+    wxg_test_proxy_stop(p);
 }
 
 /* A field value the layout never writes (another program's write into the prefix, a newer
@@ -1402,12 +1215,12 @@ static void a_new_owners_complete_between_a_stale_owners_two_round_trips_ends_do
 static void a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothing(void **state)
 {
     fixture *f = *state;
-    proxy p;
+    proxy *p;
     wxg_guard_t *g, *direct;
     cut_batch *b = cut_start(f, &p, &g, &direct, "cutclaim");
-    proxy_arm(&p, CUT_REQUESTS);
+    wxg_test_proxy_arm(p, CUT_REQUESTS);
     int rc = wxg_guard_claim_batch(g, b->msgs, CUT_N, b->out);
-    assert_cut(&p, g, rc, CUT_REQUESTS);
+    assert_cut(p, g, rc, CUT_REQUESTS);
     for (int i = 0; i < CUT_N; i++)
         assert_int_equal(b->out[i].outcome, 0);
 
@@ -1460,7 +1273,7 @@ static void a_claim_batch_cut_mid_request_claims_nothing_falsely_and_loses_nothi
         assert_int_equal(again[i].outcome, WXG_GUARD_DUPLICATE);
         wxg_guard_claim_clear(&again[i]);
     }
-    cut_stop(&p, g, direct, b);
+    cut_stop(p, g, direct, b);
 }
 
 int main(void)
