@@ -13,8 +13,10 @@
 #             cluster clients, TLS, Sentinel, Cluster, and the consumer suites that exercise Redis
 #   valgrind  every unit test under valgrind memcheck (0 errors, no definite/indirect leaks)
 #   asan      build-asan/ (ASan+UBSan) and the whole suite again, except the lint tests, the
-#             fixture test (scripts/services.sh again, which no build changes) and the soak
-#             (ASan's quarantine grows the resident memory the soak requires to stay flat)
+#             fixture test (scripts/services.sh again, which no build changes), the soak
+#             (ASan's quarantine grows the resident memory the soak requires to stay flat) and
+#             the guard's nemesis test (a fixed-time run: instrumented, it would do a fraction
+#             of its operations)
 #   tsan      build-tsan/ (TSan) and the tests labelled tsan
 #   fuzz      build-fuzz/ (clang, libFuzzer + ASan/UBSan) and each fuzz harness for a bounded
 #             time (WXG_FUZZ_SECONDS, default 60), failing on any crash, leak or report
@@ -231,7 +233,7 @@ do_valgrind() { WXG_TEST_TIMEOUT_SCALE=$scale run_ctest build -L memcheck; }
 do_asan() {
   configure_and_build build-asan "$((scale * 3))" -DWXG_SANITIZE=address
   # The sanitizer options are part of each test's environment (tests/CMakeLists.txt).
-  WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-asan -LE 'lint|fixture|soak'
+  WXG_TEST_TIMEOUT_SCALE=$((scale * 3)) run_ctest build-asan -LE 'lint|fixture|soak|nemesis'
 }
 
 do_tsan() {

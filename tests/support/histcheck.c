@@ -79,6 +79,17 @@ const char *hc_result_name(hc_result_t r)
     return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "?";
 }
 
+void hc_dump(const hc_hist_t *h, FILE *out)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        const hc_op_t *o = &h->op[i];
+        fprintf(out, "%zu h%d k%d %s %s inv %lld comp %lld fence %llu ticket %ld lease %lld%s\n", i,
+                o->handle, o->key, hc_kind_name(o->kind), hc_result_name(o->result),
+                (long long)o->inv_us, (long long)o->comp_us, (unsigned long long)o->fence,
+                o->ticket, (long long)o->lease_end_us, o->probe ? " probe" : "");
+    }
+}
+
 /* ---- checking ---- */
 
 typedef struct chk {
@@ -88,7 +99,8 @@ typedef struct chk {
     hc_counts_t c;
     long *lost; /* indices of HC_RESTART ops that lost the data */
     size_t nlost;
-    long quiet; /* the last HC_QUIET op, or -1 */
+    long *quiet; /* the HC_QUIET ops, by invocation */
+    size_t nquiet;
     long *next; /* next op of the same ticket (chain from head[ticket]), -1 at the end */
     long *head;
 } chk;
@@ -110,6 +122,16 @@ static int lost_between(const chk *k, int64_t t1, int64_t t2)
 }
 
 static const hc_op_t *sort_base;
+static int by_key_inv(const void *a, const void *b)
+{
+    const hc_op_t *x = &sort_base[*(const long *)a], *y = &sort_base[*(const long *)b];
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->inv_us != y->inv_us)
+        return x->inv_us < y->inv_us ? -1 : 1;
+    return *(const long *)a < *(const long *)b ? -1 : 1;
+}
+
 static int by_inv(const void *a, const void *b)
 {
     const hc_op_t *x = &sort_base[*(const long *)a], *y = &sort_base[*(const long *)b];
@@ -156,10 +178,24 @@ static void report(chk *k, int rule, int key, const long *sorted, size_t n, int6
     size_t m = 0;
     if (!w)
         return;
+    size_t quiet = 0;
     for (size_t i = 0; i < n; i++) {
         const hc_op_t *o = OP(k, sorted[i]);
-        if (o->comp_us >= from && o->inv_us <= to)
-            w[m++] = sorted[i];
+        if (o->comp_us < from || o->inv_us > to)
+            continue;
+        int marked = 0;
+        for (int j = 0; j < nmark; j++)
+            marked |= mark[j] == sorted[i];
+        /* Answers that changed nothing on the server are left out, unless they are part of
+         * the violation: they only bury the ops that matter. */
+        int inert = (o->kind == HC_CLAIM && !o->probe &&
+                     (o->result == HC_R_DUPLICATE || o->result == HC_R_BUSY)) ||
+                    ((o->kind == HC_PURGE || o->kind == HC_RELEASE) && o->result == HC_R_NOOP);
+        if (inert && !marked) {
+            quiet++;
+            continue;
+        }
+        w[m++] = sorted[i];
     }
     for (size_t i = 0; i < k->h->n; i++) {
         const hc_op_t *o = &k->h->op[i];
@@ -169,8 +205,10 @@ static void report(chk *k, int rule, int key, const long *sorted, size_t n, int6
     sort_base = k->h->op;
     qsort(w, m, sizeof *w, by_inv);
     size_t skip = m > PRINT_MAX ? m - PRINT_MAX : 0;
-    fprintf(k->out, "  minimal history (ops of message %d only%s):\n", key,
-            skip ? ", the earliest left out" : "");
+    fprintf(k->out,
+            "  minimal history (ops of message %d only; %zu DUPLICATE/BUSY claims and no-op "
+            "admin calls left out%s):\n",
+            key, quiet, skip ? ", and the earliest" : "");
     for (size_t i = skip; i < m; i++)
         print_op(k, w[i], mark, nmark);
     free(w);
@@ -315,20 +353,18 @@ static void rule3(chk *k, int key, const long *s, size_t n)
     }
 }
 
-static void rule4(chk *k, int key, const long *s, size_t n)
+/* Rule 4 for the probe round after quiet marker q (up to the next marker, `until`). */
+static void rule4_round(chk *k, int key, const long *s, size_t n, const hc_op_t *q, int64_t until)
 {
-    if (k->quiet < 0)
-        return;
-    const hc_op_t *q = OP(k, k->quiet);
     int64_t lease_end = q->inv_us, last = 0;
     int probes = 0, ok = 0;
     long mark[1] = {-1};
     for (size_t i = 0; i < n; i++) {
         const hc_op_t *o = OP(k, s[i]);
-        if ((o->kind == HC_CLAIM || o->kind == HC_RENEW) && !o->probe &&
+        if ((o->kind == HC_CLAIM || o->kind == HC_RENEW) && !o->probe && o->inv_us < q->inv_us &&
             o->comp_us + k->conf->lease_us > lease_end)
             lease_end = o->comp_us + k->conf->lease_us;
-        if (o->kind != HC_CLAIM || !o->probe || o->inv_us < q->inv_us)
+        if (o->kind != HC_CLAIM || !o->probe || o->inv_us < q->inv_us || o->inv_us >= until)
             continue;
         probes++;
         last = o->inv_us;
@@ -352,6 +388,24 @@ static void rule4(chk *k, int key, const long *s, size_t n)
                  probes, (long long)((last - lease_end) / 1000));
     report(k, 4, key, s, n, lease_end - 3 * k->conf->lease_us, last ? last : q->inv_us, mark, 1,
            what);
+}
+
+/* Each probe round checks the messages that had ops in the epoch before it (after the round
+ * before): a message met in no epoch since need not be probed again. */
+static void rule4(chk *k, int key, const long *s, size_t n)
+{
+    for (size_t r = 0; r < k->nquiet; r++) {
+        const hc_op_t *q = OP(k, k->quiet[r]);
+        int64_t since = r > 0 ? OP(k, k->quiet[r - 1])->inv_us : INT64_MIN;
+        int64_t until = r + 1 < k->nquiet ? OP(k, k->quiet[r + 1])->inv_us : INT64_MAX;
+        int used = 0;
+        for (size_t i = 0; i < n && !used; i++) {
+            const hc_op_t *o = OP(k, s[i]);
+            used = !o->probe && o->kind == HC_CLAIM && o->inv_us > since && o->inv_us < q->inv_us;
+        }
+        if (used)
+            rule4_round(k, key, s, n, q, until);
+    }
 }
 
 static void rule5(chk *k, int key, const long *s, size_t n)
@@ -379,14 +433,15 @@ static void rule5(chk *k, int key, const long *s, size_t n)
 
 int hc_check(const hc_hist_t *h, const hc_conf_t *conf, FILE *out, hc_counts_t *counts)
 {
-    chk k = {.h = h, .conf = conf, .out = out, .quiet = -1};
-    int rc = -1, maxkey = -1;
+    chk k = {.h = h, .conf = conf, .out = out};
+    int rc = -1;
     size_t n = h->n;
     long *order = malloc((n + 1) * sizeof *order);
     k.lost = malloc((n + 1) * sizeof *k.lost);
     k.next = malloc((n + 1) * sizeof *k.next);
     k.head = malloc((n + 1) * sizeof *k.head);
-    if (!order || !k.lost || !k.next || !k.head)
+    k.quiet = malloc((n + 1) * sizeof *k.quiet);
+    if (!order || !k.lost || !k.next || !k.head || !k.quiet)
         goto out;
     /* Ticket chains, global events, and the longest a claim's lease may be known to reach
      * beyond its invocation (its renewals), which bounds how far rule 1 looks back. */
@@ -407,29 +462,32 @@ int hc_check(const hc_hist_t *h, const hc_conf_t *conf, FILE *out, hc_counts_t *
         const hc_op_t *o = &h->op[i];
         if (o->kind == HC_RESTART && o->result == HC_R_LOST)
             k.lost[k.nlost++] = (long)i;
-        if (o->kind == HC_QUIET && (k.quiet < 0 || o->inv_us > h->op[k.quiet].inv_us))
-            k.quiet = (long)i;
-        if (o->key > maxkey)
-            maxkey = o->key;
+        if (o->kind == HC_QUIET)
+            k.quiet[k.nquiet++] = (long)i;
     }
     span += conf->slack_us;
+    sort_base = h->op;
+    qsort(k.quiet, k.nquiet, sizeof *k.quiet, by_inv);
     k.c.ops = (long)n;
     /* One message at a time: its ops sorted by invocation. */
-    for (int key = 0; key <= maxkey; key++) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (h->op[i].key == key)
-                order[m++] = (long)i;
-        if (m == 0)
-            continue;
-        k.c.keys++;
-        sort_base = h->op;
-        qsort(order, m, sizeof *order, by_inv);
-        rule1(&k, key, order, m, span);
-        rule2(&k, key, order, m);
-        rule3(&k, key, order, m);
-        rule4(&k, key, order, m);
-        rule5(&k, key, order, m);
+    for (size_t i = 0; i < n; i++)
+        order[i] = (long)i;
+    sort_base = h->op;
+    qsort(order, n, sizeof *order, by_key_inv);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        int key = h->op[order[i]].key;
+        while (j < n && h->op[order[j]].key == key)
+            j++;
+        if (key >= 0) {
+            k.c.keys++;
+            rule1(&k, key, order + i, j - i, span);
+            rule2(&k, key, order + i, j - i);
+            rule3(&k, key, order + i, j - i);
+            rule4(&k, key, order + i, j - i);
+            rule5(&k, key, order + i, j - i);
+        }
+        i = j;
     }
     rc = 0;
     for (int r = 1; r <= 5; r++)
@@ -443,5 +501,6 @@ out:
     free(k.lost);
     free(k.next);
     free(k.head);
+    free(k.quiet);
     return rc;
 }

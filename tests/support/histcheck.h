@@ -30,12 +30,13 @@
  * 3. A fence out of order: an effect whose fence is not above every fence of the message handed
  *    out (CLAIMED) or used by an effect before its own claim was invoked. Nothing excuses it:
  *    fences come from the server's clock and grow across lost data too (docs/guard.md §3.4).
- * 4. A message stuck after the faults: for the last HC_QUIET marker (every fault stopped then),
- *    the probe claims of a message invoked after it must include one that answered CLAIMED or
- *    DUPLICATE, provided the last probe came after every lease the message could still hold
- *    (every claim's or renewal's return + lease, and the HC_QUIET marker itself, + slack); a
- *    probe round that ended earlier is reported too (the test did not wait long enough). Nothing
- *    excuses it: a Redis that lost its data leaves every message claimable.
+ * 4. A message stuck after the faults: after every HC_QUIET marker (every fault stopped then and
+ *    no other op runs until the probes end), the probe claims of each message invoked before the
+ *    next marker must include one that answered CLAIMED or DUPLICATE, provided the last probe
+ *    came after every lease the message could still hold (every earlier claim's or renewal's
+ *    return + lease, whatever it answered, + slack); a probe round that ended earlier is
+ *    reported too (the test did not wait long enough). Nothing excuses it: a Redis that lost its
+ *    data leaves every message claimable.
  * 5. A DUPLICATE (claim) or ALREADY_DONE (complete) answer for a message none of whose effects
  *    had returned before the answer did. Nothing excuses it: losing data only forgets DONE.
  *
@@ -123,6 +124,9 @@ typedef struct hc_counts {
  * minimal history) to `out` (may be NULL: count only). Fills *counts (may be NULL). Returns the
  * number of violations. */
 int hc_check(const hc_hist_t *h, const hc_conf_t *conf, FILE *out, hc_counts_t *counts);
+
+/* Writes every op, one a line, in the order added (for a failed run's record). */
+void hc_dump(const hc_hist_t *h, FILE *out);
 
 /* Names for printing. */
 const char *hc_kind_name(hc_kind_t k);
