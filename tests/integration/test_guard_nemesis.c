@@ -5,13 +5,14 @@
  * fail, release and purge over a small key space against the test's own persistent
  * redis-server, while a nemesis on a seeded schedule delays or cuts the handles' connections,
  * pauses handles past their leases (a cut armed for the exchange after such a pause: the
- * complete of an owner that woke up late), and restarts Redis with its data (appendonly,
- * appendfsync always) or without it (its append-only files removed first). Time buckets are
- * narrow (8 s, retention 16 s), so a run crosses several boundaries. The run is cut into epochs;
- * after each one the faults stop, the handles stop, every lease is waited out, and every key is
- * probed until it can be claimed or answers DUPLICATE. Every operation goes into one history,
- * in server time, which the checker reads at the end: it fails the test on two live owners, a
- * DONE message claimed again within its retention, a fence out of order, a message left
+ * complete of an owner that woke up late), stalls a handle's commands across a time-bucket
+ * boundary (sent 2.1-2.9 s before it, held until after it), and restarts Redis with its data
+ * (appendonly, appendfsync always) or without it (its append-only files removed first). Time
+ * buckets are narrow (8 s, retention 16 s), so a run crosses several boundaries. The run is cut
+ * into epochs; after each one the faults stop, the handles stop, every lease is waited out, and
+ * every key is probed until it can be claimed or answers DUPLICATE. Every operation goes into one
+ * history, in server time, which the checker reads at the end: it fails the test on two live
+ * owners, a DONE message claimed again within its retention, a fence out of order, a message left
  * unclaimable after the faults, or a DUPLICATE for a message whose effect never ran, printing
  * the seed and the offending message's ops.
  *
@@ -54,7 +55,9 @@ enum {
     BUCKET_MS = 8000,
     RETENTION_MS = 16000,
     EPOCH_MS = 10000,
-    COMMAND_TIMEOUT_MS = 1500,
+    /* Longer than the proxy's longest stall: a stalled call is answered late, not abandoned,
+     * so that a native claim can reach Redis after its time bucket ended. */
+    COMMAND_TIMEOUT_MS = 4000,
     /* The keys in use: WXG_NEMESIS_KEYS of them at a time, the window moving on by one every
      * KEY_SLIDE_MS, so that a run keeps claiming new messages while each key is claimed,
      * completed and met again as a DUPLICATE for seconds. */
@@ -131,9 +134,9 @@ struct run {
 };
 
 enum { PH_RUN, PH_QUIET, PH_STOP };
-enum { F_DELAY, F_CUT, F_DROP, F_PAUSE, F_RESTART_KEPT, F_RESTART_LOST, F_N };
-static const char *fault_name[F_N] = {"delay", "cut",          "drop",
-                                      "pause", "restart-kept", "restart-lost"};
+enum { F_DELAY, F_CUT, F_DROP, F_PAUSE, F_RESTART_KEPT, F_RESTART_LOST, F_STALL, F_N };
+static const char *fault_name[F_N] = {"delay",        "cut",          "drop",          "pause",
+                                      "restart-kept", "restart-lost", "boundary-stall"};
 
 static void key_name(const run *r, int k, char *buf, size_t size)
 {
@@ -396,7 +399,8 @@ static void one_fault(run *r, rng *n, int64_t *undo_at)
     int w = (int)between(n, 0, r->handles - 1);
     int pick = (int)between(n, 0, 99);
     if (pick < 25) {
-        wxg_test_proxy_set_delay(r->w[w].proxy, (int)between(n, 30, 1800));
+        wxg_test_proxy_set_delay(r->w[w].proxy, chance(n, 20) ? (int)between(n, 2100, 3500)
+                                                              : (int)between(n, 30, 1800));
         undo_at[w] = wxg_test_now_ms() + between(n, 100, 1500);
         count_fault(r, F_DELAY);
     } else if (pick < 45) {
@@ -577,7 +581,7 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
 
     rng nem = {.s = r->seed};
     int64_t stop = r->start_ms + seconds * 1000;
-    int64_t undo_at[MAX_HANDLES] = {0};
+    int64_t undo_at[MAX_HANDLES] = {0}, stalled = 0;
     int epochs = 0;
     while (wxg_test_now_ms() < stop) {
         int64_t epoch_end = wxg_test_now_ms() + EPOCH_MS;
@@ -595,6 +599,21 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
                     wxg_test_proxy_set_delay(r->w[i].proxy, 0);
                     undo_at[i] = 0;
                 }
+            /* A stall across a time-bucket boundary: a handle's commands sent between 2.9 and
+             * 2.1 s before it (outside the clock margin, so a native claim is sized for the
+             * ending time bucket) are held until after it. */
+            int64_t srv_ms = server_us() / 1000, to_boundary = BUCKET_MS - srv_ms % BUCKET_MS;
+            int64_t boundary = srv_ms + to_boundary;
+            if (to_boundary < 2900 && to_boundary > 2100 && boundary != stalled) {
+                stalled = boundary;
+                if (chance(&nem, 70)) {
+                    int w = (int)between(&nem, 0, r->handles - 1);
+                    wxg_test_proxy_set_delay(r->w[w].proxy,
+                                             (int)(to_boundary + between(&nem, 100, 600)));
+                    undo_at[w] = now + between(&nem, 200, 700);
+                    count_fault(r, F_STALL);
+                }
+            }
             if (now >= next_fault) {
                 one_fault(r, &nem, undo_at);
                 next_fault = wxg_test_now_ms() + between(&nem, 100, 800);
@@ -690,9 +709,75 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
                  seed, design, bad, seed);
 }
 
+/* Finding of this test (native design; seeds in bench/nemesis.md): a native claim of a message
+ * that is DONE in the time bucket before writes its in-flight value into the newest bucket, finds
+ * the marker in the older one, and leaves taking the value back to its second round trip. When
+ * the connection fails between the two (here the replies of the first are cut), the value stays;
+ * once its lease ended, the next claim's script takes it over and answers CLAIMED for a message
+ * DONE well within its retention. The Lua design claims in one script and passes. */
+static void a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_message(void **state)
+{
+    (void)state;
+    wxg_test_redis_t redis = {0};
+    if (wxg_test_redis_start(&redis, NULL) != 0)
+        fail_msg("cannot start a private redis-server");
+    wxg_guard_conf_t c;
+    char prefix[64];
+    gt_conf(&c, "127.0.0.1", redis.port, "nemcut", prefix, sizeof prefix);
+    c.lease_ms = LEASE_MS;
+    c.done_bucket_ms = BUCKET_MS;
+    c.done_retention_ms = RETENTION_MS;
+    c.failed_retention_ms = RETENTION_MS;
+    wxg_test_proxy_t *p = wxg_test_proxy_start(redis.port);
+    assert_non_null(p);
+    wxg_guard_conf_t cp = c;
+    cp.port = wxg_test_proxy_port(p);
+    wxg_guard_t *direct = gt_open(&c), *cut = gt_open(&cp);
+    /* DONE in the middle of a time bucket, outside the clock margin: native steps. */
+    int64_t end = wxg_test_now_ms() + 2LL * BUCKET_MS;
+    while (server_us() / 1000 % BUCKET_MS < 3000 || server_us() / 1000 % BUCKET_MS > 4000) {
+        if (wxg_test_now_ms() > end)
+            fail_msg("the clock did not reach the middle of a time bucket");
+        wxg_test_sleep_ms(20);
+    }
+    const char *key = "nem:done-then-cut";
+    wxg_guard_claim_t a, b, warm, d;
+    assert_int_equal(wxg_guard_claim(direct, key, strlen(key), NULL, &a), 0);
+    assert_int_equal(a.outcome, WXG_GUARD_CLAIMED);
+    assert_int_equal(wxg_guard_complete(direct, &a.ticket, NULL), 0);
+    int64_t done_ms = server_us() / 1000;
+    /* The middle of the next time bucket: a native claim writes there and probes the older. */
+    int64_t next = (done_ms / BUCKET_MS + 1) * BUCKET_MS + 3000;
+    while (server_us() / 1000 < next && wxg_test_now_ms() < end + BUCKET_MS)
+        wxg_test_sleep_ms(20);
+    /* The cut handle reads the new time bucket's layout first, so that the cut falls on the
+     * claim's own commands. */
+    assert_int_equal(wxg_guard_claim(cut, "nem:warm-up", 11, NULL, &warm), 0);
+    wxg_guard_claim_clear(&warm);
+    wxg_test_proxy_arm(p, WXG_TEST_CUT_REPLIES);
+    int rc = wxg_guard_claim(cut, key, strlen(key), NULL, &b);
+    assert_true(gt_retriable(rc));
+    wxg_test_sleep_ms(LEASE_MS + 300);
+    assert_int_equal(wxg_guard_claim(direct, key, strlen(key), NULL, &d), 0);
+    int64_t age = server_us() / 1000 - done_ms;
+    int outcome = d.outcome;
+    wxg_guard_claim_clear(&a);
+    wxg_guard_claim_clear(&b);
+    wxg_guard_claim_clear(&d);
+    wxg_guard_destroy(direct);
+    wxg_guard_destroy(cut);
+    wxg_test_proxy_stop(p);
+    wxg_test_redis_stop(&redis);
+    if (outcome != WXG_GUARD_DUPLICATE)
+        fail_msg("a message DONE %lld ms ago (retention %d ms) was answered %s after a claim "
+                 "whose replies were cut",
+                 (long long)age, RETENTION_MS, outcome == WXG_GUARD_CLAIMED ? "CLAIMED" : "BUSY");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_message),
         cmocka_unit_test(random_faults_never_break_the_guards_guarantees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
