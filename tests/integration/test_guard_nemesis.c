@@ -108,10 +108,16 @@ typedef struct worker {
     wxg_test_proxy_t *proxy;
     wxg_guard_t *g;
     pthread_t th;
-    pthread_mutex_t mu;  /* guards pause_ms, cut_after_pause and parked */
-    int64_t pause_ms;    /* > 0: sleep this long at the next pause point */
-    int cut_after_pause; /* arm this cut (WXG_TEST_CUT_*) on the proxy when waking up */
+    pthread_mutex_t mu;    /* guards pause_ms, cut_after_pause and parked */
+    int64_t pause_ms;      /* > 0: sleep this long at the next pause point */
+    int cut_after_pause;   /* arm this cut (WXG_TEST_CUT_*) on the proxy when waking up */
+    int new_handle;        /* replace the handle (a consumer restarted) before the next step */
+    wxg_guard_conf_t conf; /* through the proxy */
     int parked;
+    /* Aimed at a boundary stall: claim key hot_key while server time is in [hot_from, hot_to)
+     * (µs), so that the stalled handle and the others meet on one fresh message. */
+    int hot_key;
+    int64_t hot_from_us, hot_to_us;
     long ops;
 } worker;
 
@@ -119,7 +125,10 @@ struct run {
     uint64_t seed;
     int handles, keys;
     int64_t start_ms; /* the keys in use slide with the time since then */
-    int total_keys;   /* every key the run can reach */
+    int slide_keys;   /* the keys the sliding window can reach */
+    int total_keys;   /* those and the boundary stalls' keys after them */
+    int hot_next;     /* the next boundary stall's key */
+    int hot_lo;       /* the first boundary stall key of the current epoch */
     hc_hist_t *hist;
     wxg_guard_conf_t conf;
     char prefix[64];
@@ -134,9 +143,20 @@ struct run {
 };
 
 enum { PH_RUN, PH_QUIET, PH_STOP };
-enum { F_DELAY, F_CUT, F_DROP, F_PAUSE, F_RESTART_KEPT, F_RESTART_LOST, F_STALL, F_N };
-static const char *fault_name[F_N] = {"delay",        "cut",          "drop",          "pause",
-                                      "restart-kept", "restart-lost", "boundary-stall"};
+enum {
+    F_DELAY,
+    F_CUT,
+    F_DROP,
+    F_PAUSE,
+    F_RESTART_KEPT,
+    F_RESTART_LOST,
+    F_STALL,
+    F_NEW_HANDLE,
+    F_N
+};
+static const char *fault_name[F_N] = {"delay",          "cut",          "drop",
+                                      "pause",          "restart-kept", "restart-lost",
+                                      "boundary-stall", "new-handle"};
 
 static void key_name(const run *r, int k, char *buf, size_t size)
 {
@@ -147,7 +167,7 @@ static void key_name(const run *r, int k, char *buf, size_t size)
 static int first_key(run *r)
 {
     int k = (int)((wxg_test_now_ms() - r->start_ms) / KEY_SLIDE_MS);
-    return k + r->keys < r->total_keys ? k : r->total_keys - r->keys;
+    return k + r->keys < r->slide_keys ? k : r->slide_keys - r->keys;
 }
 
 static int get_phase(run *r)
@@ -328,10 +348,30 @@ static void *worker_main(void *arg)
         }
         pthread_mutex_lock(&w->mu);
         w->parked = 0;
+        int renew = w->new_handle;
+        w->new_handle = 0;
         pthread_mutex_unlock(&w->mu);
+        if (renew || !w->g) {
+            /* A new handle knows nothing of the old one's connection or remembered layout, as
+             * a consumer restarted after Redis did. Redis may be away: try again later. */
+            wxg_guard_destroy(w->g);
+            char err[256];
+            w->g = wxg_guard_new(&w->conf, NULL, err, sizeof err);
+            if (!w->g) {
+                wxg_test_sleep_ms(50);
+                continue;
+            }
+        }
         w->ops++;
         int k = first_key(r) + (int)between(&w->rng, 0, r->keys - 1);
         int pick = (int)between(&w->rng, 0, 99);
+        pthread_mutex_lock(&w->mu);
+        int64_t now_us = server_us();
+        if (w->hot_key >= 0 && now_us >= w->hot_from_us && now_us < w->hot_to_us) {
+            k = w->hot_key;
+            pick = 99; /* a claim */
+        }
+        pthread_mutex_unlock(&w->mu);
         if (pick < 3) {
             admin(w, k, 0);
             continue;
@@ -407,9 +447,14 @@ static void one_fault(run *r, rng *n, int64_t *undo_at)
         wxg_test_proxy_arm(r->w[w].proxy,
                            chance(n, 50) ? WXG_TEST_CUT_REPLIES : WXG_TEST_CUT_REQUESTS);
         count_fault(r, F_CUT);
-    } else if (pick < 55) {
+    } else if (pick < 50) {
         wxg_test_proxy_drop(r->w[w].proxy);
         count_fault(r, F_DROP);
+    } else if (pick < 55) {
+        pthread_mutex_lock(&r->w[w].mu);
+        r->w[w].new_handle = 1;
+        pthread_mutex_unlock(&r->w[w].mu);
+        count_fault(r, F_NEW_HANDLE);
     } else if (pick < 90) {
         pthread_mutex_lock(&r->w[w].mu);
         r->w[w].pause_ms = LEASE_MS + between(n, 50, 1500);
@@ -424,6 +469,15 @@ static void one_fault(run *r, rng *n, int64_t *undo_at)
         if (redis_restart(r, keep) != 0)
             fail_msg("seed %" PRIu64 ": the private redis-server did not come back", r->seed);
         count_fault(r, keep ? F_RESTART_KEPT : F_RESTART_LOST);
+        /* Some consumer restarts with Redis: its new handle lays out what the old ones
+         * remembered anew. */
+        if (chance(n, 60)) {
+            int v = (int)between(n, 0, r->handles - 1);
+            pthread_mutex_lock(&r->w[v].mu);
+            r->w[v].new_handle = 1;
+            pthread_mutex_unlock(&r->w[v].mu);
+            count_fault(r, F_NEW_HANDLE);
+        }
     }
 }
 
@@ -458,6 +512,26 @@ static int quiesce(run *r)
     }
 }
 
+/* Probes key k until it is claimable or DUPLICATE: at most 2 leases + 1 s. */
+static void probe_key(run *r, wxg_guard_t *g, int k)
+{
+    int64_t end = wxg_test_now_ms() + 2LL * LEASE_MS + 1000;
+    for (int round = 0; round < 200; round++) {
+        wxg_guard_claim_t c;
+        long t = do_claim(r, g, r->handles, k, 1, &c);
+        if (t >= 0) {
+            effect(r, r->handles, k, t, c.ticket.fence);
+            complete(r, g, r->handles, k, t, &c.ticket);
+        }
+        int outcome = c.outcome;
+        wxg_guard_claim_clear(&c);
+        if (outcome == WXG_GUARD_CLAIMED || outcome == WXG_GUARD_DUPLICATE ||
+            wxg_test_now_ms() > end)
+            break;
+        wxg_test_sleep_ms(100);
+    }
+}
+
 /* After the faults: every lease ends, then each key must become claimable or DUPLICATE. A key
  * claimed by a probe is run and completed. Bounded: 1 s + 2 leases per key at most. */
 static void probe_round(run *r, wxg_guard_t *g)
@@ -466,23 +540,10 @@ static void probe_round(run *r, wxg_guard_t *g)
     q.inv_us = q.comp_us = server_us();
     hc_add(r->hist, &q);
     wxg_test_sleep_ms(LEASE_MS + 300);
-    for (int k = r->epoch_lo; k <= r->epoch_hi; k++) {
-        int64_t end = wxg_test_now_ms() + 2LL * LEASE_MS + 1000;
-        for (int round = 0; round < 200; round++) {
-            wxg_guard_claim_t c;
-            long t = do_claim(r, g, r->handles, k, 1, &c);
-            if (t >= 0) {
-                effect(r, r->handles, k, t, c.ticket.fence);
-                complete(r, g, r->handles, k, t, &c.ticket);
-            }
-            int outcome = c.outcome;
-            wxg_guard_claim_clear(&c);
-            if (outcome == WXG_GUARD_CLAIMED || outcome == WXG_GUARD_DUPLICATE ||
-                wxg_test_now_ms() > end)
-                break;
-            wxg_test_sleep_ms(100);
-        }
-    }
+    for (int k = r->epoch_lo; k <= r->epoch_hi; k++)
+        probe_key(r, g, k);
+    for (int k = r->hot_lo; k < r->hot_next; k++)
+        probe_key(r, g, k); /* the messages of this epoch's boundary stalls */
 }
 
 static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi)
@@ -559,20 +620,23 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
     r->conf.inflight_ttl_ms = 4 * RETENTION_MS;
     r->conf.command_timeout_ms = COMMAND_TIMEOUT_MS;
     r->conf.connect_timeout_ms = COMMAND_TIMEOUT_MS;
-    r->total_keys = (int)(seconds * 1000 / KEY_SLIDE_MS) + r->keys + 2;
+    r->slide_keys = (int)(seconds * 1000 / KEY_SLIDE_MS) + r->keys + 2;
+    r->hot_next = r->hot_lo = r->slide_keys;
+    r->total_keys = r->slide_keys + (int)(seconds * 1000 / BUCKET_MS) + 2;
     r->store_fence = calloc((size_t)r->total_keys, sizeof *r->store_fence);
     assert_non_null(r->store_fence);
     for (int i = 0; i < r->handles; i++) {
         worker *w = &r->w[i];
         w->r = r;
         w->id = i;
+        w->hot_key = -1;
         w->rng.s = r->seed ^ (0x1000003ULL * (uint64_t)(i + 1));
         pthread_mutex_init(&w->mu, NULL);
         w->proxy = wxg_test_proxy_start(r->redis.port);
         assert_non_null(w->proxy);
-        wxg_guard_conf_t c = r->conf;
-        c.port = wxg_test_proxy_port(w->proxy);
-        w->g = gt_open(&c);
+        w->conf = r->conf;
+        w->conf.port = wxg_test_proxy_port(w->proxy);
+        w->g = gt_open(&w->conf);
     }
     wxg_guard_t *probe = gt_open(&r->conf);
     r->start_ms = wxg_test_now_ms();
@@ -588,6 +652,7 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
         if (epoch_end > stop)
             epoch_end = stop;
         r->epoch_lo = first_key(r);
+        r->hot_lo = r->hot_next;
         pthread_mutex_lock(&r->mu);
         r->phase = PH_RUN;
         pthread_mutex_unlock(&r->mu);
@@ -606,8 +671,19 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
             int64_t boundary = srv_ms + to_boundary;
             if (to_boundary < 2900 && to_boundary > 2100 && boundary != stalled) {
                 stalled = boundary;
-                if (chance(&nem, 70)) {
+                if (chance(&nem, 70) && r->hot_next < r->total_keys) {
                     int w = (int)between(&nem, 0, r->handles - 1);
+                    int64_t b_us = boundary * 1000;
+                    int hot = r->hot_next++;
+                    /* The stalled handle claims a fresh message now; the others claim it in
+                     * the second after the boundary, while the stalled claim is still held. */
+                    for (int i = 0; i < r->handles; i++) {
+                        pthread_mutex_lock(&r->w[i].mu);
+                        r->w[i].hot_key = hot;
+                        r->w[i].hot_from_us = i == w ? server_us() : b_us;
+                        r->w[i].hot_to_us = i == w ? b_us : b_us + 1000000;
+                        pthread_mutex_unlock(&r->w[i].mu);
+                    }
                     wxg_test_proxy_set_delay(r->w[w].proxy,
                                              (int)(to_boundary + between(&nem, 100, 600)));
                     undo_at[w] = now + between(&nem, 200, 700);
