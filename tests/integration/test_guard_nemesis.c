@@ -493,6 +493,7 @@ static int quiesce(run *r)
         pthread_mutex_lock(&r->w[i].mu);
         r->w[i].pause_ms = 0;
         r->w[i].cut_after_pause = WXG_TEST_CUT_NONE;
+        r->w[i].hot_key = -1; /* this epoch's probe round checks the messages it aimed at */
         pthread_mutex_unlock(&r->w[i].mu);
     }
     /* A worker finishes what it holds: at most a pause, a slow effect and a few calls. */
