@@ -862,10 +862,75 @@ static void a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_messag
                  (long long)age, RETENTION_MS, outcome == WXG_GUARD_CLAIMED ? "CLAIMED" : "BUSY");
 }
 
+/* Finding 1 of bench/nemesis.md (native design), as the randomized run found it (rule 4): an
+ * owner S paused past its lease; the expired claim is purged and a new owner N claims (its
+ * in-flight value in the field S's claim had); S wakes up and completes, its increment lands on
+ * N's value, and its connection is cut before the round trip that undoes it; N walks away. Once
+ * every lease ended the message must be claimable again (or DUPLICATE), never BUSY for good. */
+static void a_stale_complete_cut_after_a_purge_leaves_the_message_claimable(void **state)
+{
+    (void)state;
+    wxg_test_redis_t redis = {0};
+    if (wxg_test_redis_start(&redis, NULL) != 0)
+        fail_msg("cannot start a private redis-server");
+    wxg_guard_conf_t c;
+    char prefix[64];
+    gt_conf(&c, "127.0.0.1", redis.port, "nempurge", prefix, sizeof prefix);
+    c.lease_ms = LEASE_MS;
+    c.done_bucket_ms = BUCKET_MS;
+    c.done_retention_ms = RETENTION_MS;
+    c.failed_retention_ms = RETENTION_MS;
+    wxg_test_proxy_t *p = wxg_test_proxy_start(redis.port);
+    assert_non_null(p);
+    wxg_guard_conf_t cp = c;
+    cp.port = wxg_test_proxy_port(p);
+    wxg_guard_t *n = gt_open(&c), *s = gt_open(&cp);
+    /* Every step below falls in the middle of one time bucket, outside the clock margin. */
+    int64_t end = wxg_test_now_ms() + 2LL * BUCKET_MS;
+    while (server_us() / 1000 % BUCKET_MS < 2200 || server_us() / 1000 % BUCKET_MS > 2500) {
+        if (wxg_test_now_ms() > end)
+            fail_msg("the clock did not reach the start of a time bucket");
+        wxg_test_sleep_ms(20);
+    }
+    const char *key = "nem:purged-under-a-stale-owner";
+    wxg_guard_claim_t sc, nc, x;
+    assert_int_equal(wxg_guard_claim(s, key, strlen(key), NULL, &sc), 0);
+    assert_int_equal(sc.outcome, WXG_GUARD_CLAIMED);
+    wxg_test_sleep_ms(LEASE_MS + 100); /* S is paused past its lease */
+    int purged = 0;
+    assert_int_equal(wxg_guard_purge(n, key, strlen(key), &purged), 0);
+    assert_int_equal(purged, 1);
+    assert_int_equal(wxg_guard_claim(n, key, strlen(key), NULL, &nc), 0);
+    assert_int_equal(nc.outcome, WXG_GUARD_CLAIMED);
+    wxg_test_proxy_arm(p, WXG_TEST_CUT_REPLIES);
+    int rc = wxg_guard_complete(s, &sc.ticket, NULL);
+    assert_true(gt_retriable(rc));
+    /* N walks away; once its lease ended, the message must come free within a second. */
+    wxg_test_sleep_ms(LEASE_MS + 100);
+    int outcome = 0, tries = 0;
+    for (; tries < 20; tries++) {
+        assert_int_equal(wxg_guard_claim(n, key, strlen(key), NULL, &x), 0);
+        outcome = x.outcome;
+        wxg_guard_claim_clear(&x);
+        if (outcome != WXG_GUARD_BUSY)
+            break;
+        wxg_test_sleep_ms(50);
+    }
+    wxg_guard_claim_clear(&sc);
+    wxg_guard_claim_clear(&nc);
+    wxg_guard_destroy(n);
+    wxg_guard_destroy(s);
+    wxg_test_proxy_stop(p);
+    wxg_test_redis_stop(&redis);
+    if (outcome == WXG_GUARD_BUSY)
+        fail_msg("still BUSY %d claims (a second) after every lease ended", tries);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_message),
+        cmocka_unit_test(a_stale_complete_cut_after_a_purge_leaves_the_message_claimable),
         cmocka_unit_test(random_faults_never_break_the_guards_guarantees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
