@@ -253,6 +253,25 @@ static void a_duplicate_of_a_message_never_run_breaks_rule_5(void **state)
     assert_int_equal(c.violations[5], 1);
 }
 
+static void each_probe_round_checks_the_messages_of_its_epoch_only(void **state)
+{
+    (void)state;
+    hc_hist_t *h = hc_new();
+    /* Epoch 1: messages 1 and 2 run; both are probed, 1 is claimable, 2 stuck. */
+    run_once(h, 0, 1, 1000, 100);
+    long t = op(h, 0, 2, HC_CLAIM, HC_R_CLAIMED, 1000, 200, -1);
+    op(h, 0, 2, HC_EFFECT, HC_R_OK, 1002, 200, t);
+    op(h, 0, 2, HC_COMPLETE, HC_R_ERROR, 1004, 200, t);
+    quiet_and_probe(h, 1, 3000, HC_R_DUPLICATE);
+    probe(h, 2, 3000, HC_R_BUSY);
+    /* Epoch 2: only message 3 runs and is probed; 1 and 2 need no probe in this round. */
+    run_once(h, 1, 3, 6000, 300);
+    quiet_and_probe(h, 3, 8000, HC_R_DUPLICATE);
+    hc_counts_t c;
+    assert_int_equal(check(h, &c), 1);
+    assert_int_equal(c.violations[4], 1); /* message 2, in the first round */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +286,7 @@ int main(void)
         cmocka_unit_test(an_effect_with_a_fence_below_an_earlier_one_breaks_rule_3),
         cmocka_unit_test(a_message_busy_after_the_faults_and_every_lease_breaks_rule_4),
         cmocka_unit_test(a_probe_round_shorter_than_a_lease_breaks_rule_4_too),
+        cmocka_unit_test(each_probe_round_checks_the_messages_of_its_epoch_only),
         cmocka_unit_test(a_duplicate_of_a_message_never_run_breaks_rule_5),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
