@@ -6,20 +6,22 @@
  * redis-server, while a nemesis on a seeded schedule delays or cuts the handles' connections,
  * pauses handles past their leases (a cut armed for the exchange after such a pause: the
  * complete of an owner that woke up late), stalls a handle's commands across a time-bucket
- * boundary (sent 2.1-2.9 s before it, held until after it), and restarts Redis with its data
- * (appendonly, appendfsync always) or without it (its append-only files removed first). Time
+ * boundary (sent 2.1-2.9 s before it, held until after it), replaces handles (a consumer
+ * restarted), and restarts Redis with its data (appendonly, appendfsync always) or without it
+ * (its append-only files removed first). Time
  * buckets are narrow (8 s, retention 16 s), so a run crosses several boundaries. The run is cut
  * into epochs; after each one the faults stop, the handles stop, every lease is waited out, and
  * every key is probed until it can be claimed or answers DUPLICATE. Every operation goes into one
  * history, in server time, which the checker reads at the end: it fails the test on two live
  * owners, a DONE message claimed again within its retention, a fence out of order, a message left
  * unclaimable after the faults, or a DUPLICATE for a message whose effect never ran, printing
- * the seed and the offending message's ops.
+ * the seed and the offending message's ops. Two deterministic cases before it make, step by
+ * step, what the randomized run found on the native design (bench/nemesis.md, findings 1 and 2).
  *
  * Reproduce a run: WXG_NEMESIS_SEED=<the printed seed> (the schedule of faults and operations
- * follows from it; the threads' interleaving does not, so a seed makes a failure likely, not
- * certain). A long run, by hand (bench/nemesis.md has figures):
- *   WXG_NEMESIS_SECONDS=3600 build/tests/integration/integration.test_guard_nemesis
+ * follows from it; the threads' interleaving does not, so a seed brings a failure back only
+ * sometimes: the deterministic cases are what pins one down). A long run, by hand (bench/nemesis.md
+ * has figures): WXG_NEMESIS_SECONDS=3600 build/tests/integration/integration.test_guard_nemesis
  * with WXG_TEST_GUARD_DESIGN=lua for the Lua design. WXG_NEMESIS_SECONDS (default 30) is the
  * length of the faulty part of the run; WXG_NEMESIS_HANDLES (default 4, at most 8) and
  * WXG_NEMESIS_KEYS (default 16, at most 64: the keys in use at a time) size it.
