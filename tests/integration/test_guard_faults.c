@@ -1055,7 +1055,7 @@ static wxg_guard_claim_t claim_expect(wxg_guard_t *g, const char *key, wxg_guard
 /* A stale owner S (through a proxy) and a new owner N (straight to the server) of one message:
  * S claimed it, its lease ended, an operator purged it, and N claimed it again. */
 typedef struct stale_owner {
-    proxy p;
+    proxy *p;
     wxg_guard_conf_t c;
     wxg_guard_t *stale, *direct;
     wxg_guard_claim_t s, n;
@@ -1063,13 +1063,13 @@ typedef struct stale_owner {
 
 static void stale_owner_start(const fixture *f, stale_owner *so, int command_timeout_ms)
 {
-    proxy_start(&so->p, f->redis.port);
+    so->p = proxy_start(f->redis.port);
     so->c = f->conf;
     so->c.command_timeout_ms = command_timeout_ms;
     so->c.connect_timeout_ms = 3000 * wxg_test_scale();
     so->c.lease_ms = 400;
     wxg_guard_conf_t cp = so->c;
-    cp.port = so->p.port;
+    cp.port = wxg_test_proxy_port(so->p);
     so->stale = gt_open(&cp);
     so->direct = gt_open(&so->c);
 }
@@ -1088,7 +1088,7 @@ static void stale_owner_stop(stale_owner *so)
 {
     wxg_guard_destroy(so->stale);
     wxg_guard_destroy(so->direct);
-    proxy_stop(&so->p);
+    wxg_test_proxy_stop(so->p);
 }
 
 /* Finding: a purge of an expired claim, a new owner N, and the old owner S, still alive,
@@ -1110,9 +1110,11 @@ static void a_stale_owners_complete_cut_after_a_purge_leaves_no_message_stuck(vo
     for (int k = 0; k < 2; k++) {
         const char *key = keys[k];
         stale_owner_purged_and_reclaimed(&so, key);
-        proxy_arm(&so.p, CUT_REPLIES);
+        wxg_test_proxy_arm(so.p, CUT_REPLIES);
         int rc = wxg_guard_complete(so.stale, &so.s.ticket, NULL);
-        assert_int_equal(proxy_get(&so.p, &so.p.cuts), k + 1);
+        wxg_test_proxy_cut_t cut;
+        wxg_test_proxy_last_cut(so.p, &cut);
+        assert_int_equal(cut.cuts, k + 1);
         assert_int_equal(rc, WXG_ECONN);
 
         /* While N lives, nobody else runs the message. */
@@ -1180,9 +1182,7 @@ static void a_new_owners_complete_between_a_stale_owners_two_round_trips_ends_do
     stale_owner_purged_and_reclaimed(&so, key);
     /* The connection is open already: nothing but S's complete passes the proxy from here. */
     assert_int_equal(wxg_guard_ping(so.stale), 0);
-    pthread_mutex_lock(&so.p.mu);
-    so.p.delay_ms = hold;
-    pthread_mutex_unlock(&so.p.mu);
+    wxg_test_proxy_set_delay(so.p, hold);
     late_complete l = {.g = so.stale, .t = &so.s.ticket, .already = -1};
     pthread_t th;
     int64_t start = wxg_test_now_ms();
@@ -1196,9 +1196,7 @@ static void a_new_owners_complete_between_a_stale_owners_two_round_trips_ends_do
         fail_msg("the new owner's complete: %s", wxg_err_name(rc));
     assert_int_equal(already, native);
     pthread_join(th, NULL);
-    pthread_mutex_lock(&so.p.mu);
-    so.p.delay_ms = 0;
-    pthread_mutex_unlock(&so.p.mu);
+    wxg_test_proxy_set_delay(so.p, 0);
     if (native) {
         assert_int_equal(l.rc, 0);
         assert_int_equal(l.already, 1);
