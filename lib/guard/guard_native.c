@@ -291,6 +291,13 @@ static int inflight_lease(const redisReply *r, int64_t *until)
     return 1;
 }
 
+/* Whether reply r has an in-flight value's shape (its digits, its length). */
+static int inflight_len(const redisReply *r)
+{
+    int64_t until;
+    return inflight_lease(r, &until);
+}
+
 /* Whether a field's value is a DONE marker: a payload tag, a small integer. */
 static int is_marker(const char *s, size_t len)
 {
@@ -364,9 +371,32 @@ static int claim_round1(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msgs, siz
     return rc;
 }
 
+/* A claim found the message DONE (a marker or a spent value in reply r): DUPLICATE. */
+static void claim_duplicate(wxg__guard_redis_t *rg, nclaim_t *c, const redisReply *r,
+                            wxg_guard_claim_t *out)
+{
+    out->outcome = WXG_GUARD_DUPLICATE;
+    out->payload_mismatch = is_marker(r->str, r->len) &&
+                            (r->len != strlen(c->tag) || memcmp(r->str, c->tag, r->len) != 0);
+    rg->stats->duplicates++;
+    rg->stats->payload_mismatches += (uint64_t)out->payload_mismatch;
+    c->state = NC_DONE;
+}
+
+/* Whether reply r holds a DONE marker or a spent value (DONE with an unknown tag). */
+static int reply_done(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STRING &&
+           (is_marker(r->str, r->len) || (!inflight_len(r) && is_spent(r->str, r->len)));
+}
+
 /* Sorts the round-1 answers: a won HSETNX with nothing older is CLAIMED; a won one with
- * something older goes to the script with its value; a lost one reads the value it lost to. */
-static int claim_sort1(wxg__guard_redis_t *rg, npipe_t *p, nclaim_t *c, size_t n, int nold)
+ * something older goes to the script with its value; a lost one is DUPLICATE when an older
+ * bucket holds the message DONE (a marker wins over whatever a newer bucket holds: an
+ * in-flight value left there by a claim whose second round trip never came), else it reads the
+ * value it lost to. */
+static int claim_sort1(wxg__guard_redis_t *rg, npipe_t *p, nclaim_t *c, size_t n, int nold,
+                       wxg_guard_claim_t *out)
 {
     for (size_t i = 0; i < n; i++) {
         const redisReply *h = p->replies[c[i].hsetnx];
@@ -375,9 +405,16 @@ static int claim_sort1(wxg__guard_redis_t *rg, npipe_t *p, nclaim_t *c, size_t n
             return WXG_EREDIS;
         }
         int older = 0;
-        for (int j = 0; j < nold; j++)
-            older |= p->replies[c[i].hsetnx + 2 + (size_t)j]->type != REDIS_REPLY_NIL;
+        const redisReply *done = NULL;
+        for (int j = 0; j < nold; j++) {
+            const redisReply *o = p->replies[c[i].hsetnx + 2 + (size_t)j];
+            older |= o->type != REDIS_REPLY_NIL;
+            if (!done && reply_done(o))
+                done = o;
+        }
         c[i].state = h->integer == 0 ? NC_READ : older ? NC_SCRIPT_MINE : NC_CLAIMED;
+        if (c[i].state == NC_READ && done)
+            claim_duplicate(rg, &c[i], done, &out[i]);
     }
     return 0;
 }
@@ -419,13 +456,7 @@ static int claim_round2(wxg__guard_redis_t *rg, nclaim_t *c, size_t n, wxg_guard
                 c[i].state = NC_DONE;
             }
         } else if (is_marker(r->str, r->len) || is_spent(r->str, r->len)) {
-            out[i].outcome = WXG_GUARD_DUPLICATE;
-            out[i].payload_mismatch =
-                is_marker(r->str, r->len) &&
-                (r->len != strlen(c[i].tag) || memcmp(r->str, c[i].tag, r->len) != 0);
-            rg->stats->duplicates++;
-            rg->stats->payload_mismatches += (uint64_t)out[i].payload_mismatch;
-            c[i].state = NC_DONE;
+            claim_duplicate(rg, &c[i], r, &out[i]);
         }
         (void)msgs;
     }
@@ -532,7 +563,7 @@ static int native_claim_redis(wxg__guard_redis_t *rg, const wxg_guard_msg_t *msg
     if (rc == 0)
         rc = npipe_run(rg, &p);
     if (rc == 0)
-        rc = claim_sort1(rg, &p, c, n, nold);
+        rc = claim_sort1(rg, &p, c, n, nold, out);
     if (rc == 0)
         rc = claim_round2(rg, c, n, out, msgs, now_ms);
     if (rc == 0)

@@ -45,6 +45,19 @@ for i = 1, #KEYS / KPM do
   local a = 6 + (i - 1) * 5
   local field, owner, tag, key, mine = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
   local b, v, mine_at = find(i, field, bmax, bmin, mine ~= '' and mine or nil)
+  -- A DONE marker in an older bucket wins over whatever a newer one holds: an in-flight value
+  -- left there by a native claim whose second round trip never came (it wrote the newest bucket,
+  -- saw the marker, and the script that takes the value back never ran) must not be taken over
+  -- as if the message had never been done.
+  if v and not is_done(v) then
+    for ob = b - 1, bmin, -1 do
+      local ov = redis.call('HGET', bucket_key(i, ob), field)
+      if ov and is_done(ov) then
+        b, v = ob, ov
+        break
+      end
+    end
+  end
   local res
   if not v then
     if mine_at then
