@@ -53,7 +53,7 @@ for p in wxguard-consumer wxguard-ingest wxguardctl wxguard-bench; do
   esac
 done
 for p in consumer ingest; do
-  "$root/usr/bin/wxguard-$p" --config "$root/etc/wxguard/$p.properties" --print-config \
+  "$root/usr/bin/wxguard-$p" --config "$root/etc/wxguard/$p.properties" --check \
     >"$tmp/$p.conf" 2>"$tmp/$p.err" || fail "wxguard-$p does not load the installed configuration: $(cat "$tmp/$p.err")"
 done
 

@@ -2,7 +2,7 @@
 # Builds the Debian packages of this build tree (cpack -G DEB, into a temporary directory) and
 # checks them without installing them (the machine that runs the tests is not changed):
 # unpacked with dpkg-deb -x into a temporary root, the programs run from there (--version,
-# --print-config with the packaged configuration); the properties files are conffiles; every
+# --check with the packaged configuration); the properties files are conffiles; every
 # library a binary needs (its NEEDED entries) comes from a package the runtime package depends
 # on; the units name /usr/bin and verify with systemd-analyze; lintian reports no warning.
 # Usage: test_packages.sh BUILD_DIR SOURCE_DIR
@@ -43,7 +43,7 @@ for p in wxguard-consumer wxguard-ingest wxguardctl wxguard-bench; do
   [ -f "$root/usr/share/man/man1/$p.1.gz" ] || fail "no manual page for $p"
 done
 for p in consumer ingest; do
-  "$root/usr/bin/wxguard-$p" --config "$root/etc/wxguard/$p.properties" --print-config \
+  "$root/usr/bin/wxguard-$p" --config "$root/etc/wxguard/$p.properties" --check \
     >/dev/null 2>"$tmp/$p.err" || fail "wxguard-$p does not load the packaged configuration: $(cat "$tmp/$p.err")"
 done
 for f in usr/include/wxguard/plugin.h usr/share/pkgconfig/wxguard-plugin.pc; do
