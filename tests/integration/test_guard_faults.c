@@ -1067,7 +1067,9 @@ static void stale_owner_start(const fixture *f, stale_owner *so, int command_tim
     so->c = f->conf;
     so->c.command_timeout_ms = command_timeout_ms;
     so->c.connect_timeout_ms = 3000 * wxg_test_scale();
-    so->c.lease_ms = 400;
+    /* Outlives a cut (the proxy waits 100 ms, scaled, for each side to be quiet) and the claim
+     * after it, which in the Lua design must still find the new owner's lease live. */
+    so->c.lease_ms = 1000 * wxg_test_scale();
     wxg_guard_conf_t cp = so->c;
     cp.port = wxg_test_proxy_port(so->p);
     so->stale = gt_open(&cp);
