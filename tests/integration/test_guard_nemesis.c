@@ -805,31 +805,58 @@ static void random_faults_never_break_the_guards_guarantees(void **state)
  * the connection fails between the two (here the replies of the first are cut), the value stays;
  * once its lease ended, the next claim's script takes it over and answers CLAIMED for a message
  * DONE well within its retention. The Lua design claims in one script and passes. */
-static void a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_message(void **state)
+/* The deterministic cases' set-up: a private redis-server, a handle straight to it (direct)
+ * and one through a proxy (cut), with the randomized run's lease and narrow time buckets, and
+ * the server's clock between lo_ms and hi_ms into a time bucket. */
+typedef struct cut_pair {
+    wxg_test_redis_t redis;
+    char prefix[64];
+    wxg_test_proxy_t *p;
+    wxg_guard_t *direct, *cut;
+} cut_pair;
+
+static void cut_pair_start(cut_pair *cp, const char *tag, int64_t lo_ms, int64_t hi_ms)
 {
-    (void)state;
-    wxg_test_redis_t redis = {0};
-    if (wxg_test_redis_start(&redis, NULL) != 0)
+    memset(cp, 0, sizeof *cp);
+    if (wxg_test_redis_start(&cp->redis, NULL) != 0)
         fail_msg("cannot start a private redis-server");
     wxg_guard_conf_t c;
-    char prefix[64];
-    gt_conf(&c, "127.0.0.1", redis.port, "nemcut", prefix, sizeof prefix);
+    gt_conf(&c, "127.0.0.1", cp->redis.port, tag, cp->prefix, sizeof cp->prefix);
     c.lease_ms = LEASE_MS;
     c.done_bucket_ms = BUCKET_MS;
     c.done_retention_ms = RETENTION_MS;
     c.failed_retention_ms = RETENTION_MS;
-    wxg_test_proxy_t *p = wxg_test_proxy_start(redis.port);
-    assert_non_null(p);
-    wxg_guard_conf_t cp = c;
-    cp.port = wxg_test_proxy_port(p);
-    wxg_guard_t *direct = gt_open(&c), *cut = gt_open(&cp);
-    /* DONE in the middle of a time bucket, outside the clock margin: native steps. */
+    cp->p = wxg_test_proxy_start(cp->redis.port);
+    assert_non_null(cp->p);
+    wxg_guard_conf_t cc = c;
+    cc.port = wxg_test_proxy_port(cp->p);
+    cp->direct = gt_open(&c);
+    cp->cut = gt_open(&cc);
     int64_t end = wxg_test_now_ms() + 2LL * BUCKET_MS;
-    while (server_us() / 1000 % BUCKET_MS < 3000 || server_us() / 1000 % BUCKET_MS > 4000) {
+    while (server_us() / 1000 % BUCKET_MS < lo_ms || server_us() / 1000 % BUCKET_MS > hi_ms) {
         if (wxg_test_now_ms() > end)
-            fail_msg("the clock did not reach the middle of a time bucket");
+            fail_msg("the clock did not reach %lld ms into a time bucket", (long long)lo_ms);
         wxg_test_sleep_ms(20);
     }
+}
+
+static void cut_pair_stop(cut_pair *cp)
+{
+    wxg_guard_destroy(cp->direct);
+    wxg_guard_destroy(cp->cut);
+    wxg_test_proxy_stop(cp->p);
+    wxg_test_redis_stop(&cp->redis);
+}
+
+static void a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_message(void **state)
+{
+    (void)state;
+    /* DONE in the middle of a time bucket, outside the clock margin: native steps. */
+    cut_pair cp;
+    cut_pair_start(&cp, "nemcut", 3000, 4000);
+    wxg_guard_t *direct = cp.direct, *cut = cp.cut;
+    wxg_test_proxy_t *p = cp.p;
+    int64_t end = wxg_test_now_ms() + 2LL * BUCKET_MS;
     const char *key = "nem:done-then-cut";
     wxg_guard_claim_t a, b, warm, d;
     assert_int_equal(wxg_guard_claim(direct, key, strlen(key), NULL, &a), 0);
@@ -854,10 +881,7 @@ static void a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_messag
     wxg_guard_claim_clear(&a);
     wxg_guard_claim_clear(&b);
     wxg_guard_claim_clear(&d);
-    wxg_guard_destroy(direct);
-    wxg_guard_destroy(cut);
-    wxg_test_proxy_stop(p);
-    wxg_test_redis_stop(&redis);
+    cut_pair_stop(&cp);
     if (outcome != WXG_GUARD_DUPLICATE)
         fail_msg("a message DONE %lld ms ago (retention %d ms) was answered %s after a claim "
                  "whose replies were cut",
@@ -872,28 +896,11 @@ static void a_claim_cut_after_its_first_round_trip_does_not_reopen_a_done_messag
 static void a_stale_complete_cut_after_a_purge_leaves_the_message_claimable(void **state)
 {
     (void)state;
-    wxg_test_redis_t redis = {0};
-    if (wxg_test_redis_start(&redis, NULL) != 0)
-        fail_msg("cannot start a private redis-server");
-    wxg_guard_conf_t c;
-    char prefix[64];
-    gt_conf(&c, "127.0.0.1", redis.port, "nempurge", prefix, sizeof prefix);
-    c.lease_ms = LEASE_MS;
-    c.done_bucket_ms = BUCKET_MS;
-    c.done_retention_ms = RETENTION_MS;
-    c.failed_retention_ms = RETENTION_MS;
-    wxg_test_proxy_t *p = wxg_test_proxy_start(redis.port);
-    assert_non_null(p);
-    wxg_guard_conf_t cp = c;
-    cp.port = wxg_test_proxy_port(p);
-    wxg_guard_t *n = gt_open(&c), *s = gt_open(&cp);
     /* Every step below falls in the middle of one time bucket, outside the clock margin. */
-    int64_t end = wxg_test_now_ms() + 2LL * BUCKET_MS;
-    while (server_us() / 1000 % BUCKET_MS < 2200 || server_us() / 1000 % BUCKET_MS > 2500) {
-        if (wxg_test_now_ms() > end)
-            fail_msg("the clock did not reach the start of a time bucket");
-        wxg_test_sleep_ms(20);
-    }
+    cut_pair cp;
+    cut_pair_start(&cp, "nempurge", 2200, 2500);
+    wxg_guard_t *n = cp.direct, *s = cp.cut;
+    wxg_test_proxy_t *p = cp.p;
     const char *key = "nem:purged-under-a-stale-owner";
     wxg_guard_claim_t sc, nc, x;
     assert_int_equal(wxg_guard_claim(s, key, strlen(key), NULL, &sc), 0);
@@ -920,10 +927,7 @@ static void a_stale_complete_cut_after_a_purge_leaves_the_message_claimable(void
     }
     wxg_guard_claim_clear(&sc);
     wxg_guard_claim_clear(&nc);
-    wxg_guard_destroy(n);
-    wxg_guard_destroy(s);
-    wxg_test_proxy_stop(p);
-    wxg_test_redis_stop(&redis);
+    cut_pair_stop(&cp);
     if (outcome == WXG_GUARD_BUSY)
         fail_msg("still BUSY %d claims (a second) after every lease ended", tries);
 }
